@@ -1,0 +1,131 @@
+"""TransactionBuffer (reader side): max read position per segment and classification.
+
+PIP-473 keeps the buffer in the broker; pulsar-client has no hook there, so the
+same role runs next to each reader: it gates on the metadata store's open-write
+index and classifies entries from the headers, with a cache that events keep
+current. Recovery is just "open the watch and read the index": no replay.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.records import BEFORE_EARLIEST, OpenWrite, Position, TxnEvent, TxnId
+from pulsar_txn.state import TxnState
+
+DELIVER, SKIP, WAIT = "deliver", "skip", "wait"
+
+
+def max_read_position(received_upto: Position, open_writes: Sequence[OpenWrite],
+                      previous: Position) -> Position:
+    """The gate: every entry at or below it has a final classification.
+
+    ``received_upto`` is the last entry the reader held *before* it queried the
+    index: a txn that appended at or below it registered before that append, so
+    the query saw it (H1: registration precedes the append). A registration
+    without a recorded position may have appended anywhere after the previous
+    gate, so the gate does not move until the position is known. The gate never
+    moves backwards (invariant 3).
+    """
+    if any(w.first is None for w in open_writes):
+        return previous
+    gate = received_upto
+    firsts = [w.first for w in open_writes if w.first is not None]
+    if firsts:
+        gate = min(gate, min(firsts).previous())
+    return max(gate, previous)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: TxnState | None  # None: header collected (GC) — consult the aborted-writer set
+    winners: frozenset[str]
+
+
+class TransactionBuffer:
+    """Gate and classification for the segments one client reads."""
+
+    def __init__(self, store: MetadataStore, cache_size: int = 100_000) -> None:
+        self.store = store
+        self._final: OrderedDict[TxnId, Outcome] = OrderedDict()
+        self._cache_size = cache_size
+        self._cond = threading.Condition()
+        self._generation = 0
+        self.events_seen = 0
+
+    # ---- Notification (called from the watch thread) ----
+    def on_event(self, ev: TxnEvent) -> None:
+        with self._cond:
+            self._generation += 1
+            self.events_seen += 1
+            self._cond.notify_all()
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def wait_for_change(self, seen_generation: int, timeout: float) -> bool:
+        """Block until an event arrives after ``seen_generation`` (push, no polling)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._generation != seen_generation, timeout)
+
+    # ---- Gate ----
+    def gate(self, segment: str, received_upto: Position,
+             previous: Position = BEFORE_EARLIEST) -> Position:
+        return max_read_position(received_upto, self.store.open_writes(segment), previous)
+
+    # ---- Classification ----
+    def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[str]:
+        """DELIVER, SKIP or WAIT (txn still OPEN) for each (txn, writer) of a segment."""
+        entries = list(entries)
+        missing = list({t for t, _ in entries if t not in self._final})
+        if missing:
+            self._load(missing)
+        collected = [(t, w) for t, w in entries if self._final.get(t, _OPEN).state is None]
+        aborted = self.store.aborted_writers(segment, collected) if collected else set()
+        out = []
+        for t, w in entries:
+            o = self._final.get(t)
+            if o is None:
+                out.append(WAIT)
+            elif o.state is None:
+                out.append(SKIP if (t, w) in aborted else DELIVER)
+            elif o.state is TxnState.COMMITTED and w in o.winners:
+                out.append(DELIVER)
+            else:
+                out.append(SKIP)
+        return out
+
+    def _load(self, txn_ids: list[TxnId]) -> None:
+        headers = self.store.get_headers(txn_ids)
+        for t, h in headers.items():
+            if h is None:
+                self._remember(t, Outcome(None, frozenset()))
+            elif h.state.is_terminal:
+                self._remember(t, Outcome(h.state, h.winners))
+
+    def _remember(self, t: TxnId, o: Outcome) -> None:
+        self._final[t] = o
+        if len(self._final) > self._cache_size:
+            self._final.popitem(last=False)
+
+    def wait_for_outcome(self, txn_id: TxnId, timeout: float) -> bool:
+        """H1 fallback: an OPEN txn's entry below the gate waits for its end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gen = self._generation
+            self._load([txn_id])
+            if txn_id in self._final:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.wait_for_change(gen, min(left, 1.0))
+
+
+_OPEN = Outcome(TxnState.OPEN, frozenset())

@@ -1,0 +1,562 @@
+"""Plain-Python client API: transactions, producers, READ_COMMITTED readers/consumers.
+
+    client = PulsarTxnClient("pulsar://127.0.0.1:6650", "redis://127.0.0.1:6379")
+    with client.transaction() as txn:
+        producer.send(b"x", txn=txn)
+        consumer.acknowledge(msg, txn=txn)
+
+pulsar-client has no transaction API, so a transactional send is an ordinary
+append carrying the txn id and writer id as properties, preceded by a write
+registration in the metastore (once per writer-run and segment, not per message).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pulsar
+from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
+from pulsar_txn.errors import (
+    ConfigError,
+    PulsarTxnError,
+    ReadTimeout,
+    TxnNotOpen,
+)
+from pulsar_txn.metastore import open_store
+from pulsar_txn.pending_ack import PendingAckStore
+from pulsar_txn.records import (
+    BEFORE_EARLIEST,
+    PROP_TXN,
+    PROP_WRITER,
+    Position,
+    TxnEvent,
+    TxnHeader,
+    TxnId,
+)
+from pulsar_txn.state import TxnState
+from pulsar_txn.topics import normalize_topic
+
+log = logging.getLogger(__name__)
+
+_DRAIN = 1000  # messages pulled without blocking before one gate query
+
+
+def quiet_logger() -> pulsar.ConsoleLogger:
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+
+
+@dataclass
+class _WriterRun:
+    """One producer's writes to one segment under one txn (one write record)."""
+
+    producer: Producer
+    first: Position | None = None
+    last: Position | None = None
+    outstanding: int = 0
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Condition = field(default_factory=threading.Condition)
+
+
+class Transaction:
+    """A v5 transaction. Commit flushes this client's producers, then one CAS."""
+
+    def __init__(self, client: PulsarTxnClient, header: TxnHeader) -> None:
+        self._client = client
+        self.header = header
+        self.id: TxnId = header.txn_id
+        self._runs: dict[tuple[str, str], _WriterRun] = {}
+        self._ack_stores: set[PendingAckStore] = set()
+        self._lock = threading.Lock()
+        self._state = TxnState.OPEN
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+    @property
+    def state(self) -> TxnState:
+        return self._state
+
+    def _ensure_open(self) -> None:
+        if self._state is not TxnState.OPEN:
+            raise TxnNotOpen(str(self.id), self._state.value)
+
+    def _run(self, producer: Producer) -> tuple[_WriterRun, bool]:
+        key = (producer.segment, producer.writer_id)
+        with self._lock:
+            self._ensure_open()
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = _WriterRun(producer)
+                return run, True
+            return run, False
+
+    def _add_ack_store(self, store: PendingAckStore) -> None:
+        with self._lock:
+            self._ensure_open()
+            self._ack_stores.add(store)
+
+    @property
+    def segments(self) -> set[str]:
+        return {seg for seg, _ in self._runs}
+
+    def commit(self) -> TxnHeader:
+        self._ensure_open()
+        try:
+            for run in self._runs.values():
+                run.producer._flush_run(run)
+            bad = [e for run in self._runs.values() for e in run.errors]
+            if bad:
+                raise PulsarTxnError(f"transaction {self.id}: {len(bad)} sends failed: {bad[0]}")
+        except BaseException:
+            self.abort()
+            raise
+        winners = {w for _, w in self._runs}
+        try:
+            header = self._client.coordinator.commit(self.id, winners, self.segments)
+        except TxnNotOpen as e:
+            self._state = TxnState(e.state)
+            raise
+        self._finish(header)
+        return header
+
+    def abort(self) -> TxnHeader:
+        if self._state is TxnState.ABORTED:
+            return self.header
+        header = self._client.coordinator.abort(self.id, self.segments)
+        self._finish(header)
+        return header
+
+    def _finish(self, header: TxnHeader) -> None:
+        self.header = header
+        self._state = header.state
+        for store in self._ack_stores:  # same-process participants need not wait for events
+            store.on_end(self.id, header.state)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.commit()
+        elif self._state is TxnState.OPEN:
+            try:
+                self.abort()
+            except PulsarTxnError:  # fenced already (timed out / ended elsewhere)
+                log.debug("abort after failure of %s did not apply", self.id)
+        return False
+
+
+@dataclass(frozen=True)
+class TxnMessage:
+    """A message as a READ_COMMITTED reader returns it."""
+
+    topic: str
+    value: bytes
+    key: str | None
+    properties: dict[str, str]
+    position: Position
+    message_id: object
+    publish_time_ms: int
+    event_time_ms: int
+    txn_id: str | None
+
+    def data(self) -> bytes:
+        return self.value
+
+
+class Producer:
+    """A producer whose sends may join a transaction (``txn=``)."""
+
+    def __init__(self, client: PulsarTxnClient, topic: str, **kwargs) -> None:
+        self.segment = normalize_topic(topic)
+        self.writer_id = f"p{uuid.uuid4().hex[:16]}"
+        self._client = client
+        self._p = client.pulsar.create_producer(self.segment, **kwargs)
+
+    def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
+             txn: Transaction | None = None, event_time_ms: int | None = None):
+        props = self._props(properties, txn)
+        kw = self._kw(key, event_time_ms)
+        if txn is None:
+            return self._p.send(value, properties=props, **kw)
+        run = self._register(txn)
+        msg_id = self._p.send(value, properties=props, **kw)
+        self._recorded(txn, run, Position.of(msg_id))
+        return msg_id
+
+    def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
+                   properties: dict | None = None, txn: Transaction | None = None,
+                   event_time_ms: int | None = None) -> None:
+        props = self._props(properties, txn)
+        kw = self._kw(key, event_time_ms)
+        if txn is None:
+            self._p.send_async(value, callback or (lambda r, m: None), properties=props, **kw)
+            return
+        run = self._register(txn)
+        if run.first is None:  # the first append's position must be recorded before others
+            msg_id = self._p.send(value, properties=props, **kw)
+            self._recorded(txn, run, Position.of(msg_id))
+            if callback:
+                callback(pulsar.Result.Ok, msg_id)
+            return
+        with run.done:
+            run.outstanding += 1
+
+        def done(res, msg_id) -> None:
+            with run.done:
+                if res == pulsar.Result.Ok:
+                    pos = Position.of(msg_id)
+                    if run.last is None or pos > run.last:
+                        run.last = pos
+                else:
+                    run.errors.append(str(res))
+                run.outstanding -= 1
+                run.done.notify_all()
+            if callback:
+                callback(res, msg_id)
+
+        self._p.send_async(value, done, properties=props, **kw)
+
+    def flush(self) -> None:
+        self._p.flush()
+
+    def close(self) -> None:
+        self._p.close()
+
+    # ---- internals ----
+    def _props(self, properties: dict | None, txn: Transaction | None) -> dict:
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        if PROP_TXN in props or PROP_WRITER in props:
+            raise ConfigError(f"message properties {PROP_TXN!r}/{PROP_WRITER!r} are reserved")
+        if txn is not None:
+            props[PROP_TXN] = str(txn.id)
+            props[PROP_WRITER] = self.writer_id
+        return props
+
+    @staticmethod
+    def _kw(key: str | None, event_time_ms: int | None) -> dict:
+        kw: dict = {}
+        if key is not None:
+            kw["partition_key"] = key
+        if event_time_ms is not None:
+            kw["event_timestamp"] = int(event_time_ms)
+        return kw
+
+    def _register(self, txn: Transaction) -> _WriterRun:
+        run, new = txn._run(self)
+        if new:
+            with run.lock:
+                # H1: the write record exists before the first append.
+                self._client.store.register_write(txn.id, self.segment, self.writer_id)
+        return run
+
+    def _recorded(self, txn: Transaction, run: _WriterRun, pos: Position) -> None:
+        with run.lock:
+            if run.first is None:
+                self._client.store.record_write(txn.id, self.segment, self.writer_id, pos, None)
+                run.first = pos
+        with run.done:
+            if run.last is None or pos > run.last:
+                run.last = pos
+
+    def _flush_run(self, run: _WriterRun) -> None:
+        self._p.flush()
+        with run.done:
+            run.done.wait_for(lambda: run.outstanding == 0, timeout=60)
+            if run.outstanding:
+                run.errors.append("sends still outstanding after 60 s")
+
+
+class _GatedStream:
+    """Shared READ_COMMITTED logic of readers and consumers of one segment."""
+
+    def __init__(self, client: PulsarTxnClient, segment: str, dedupe: bool) -> None:
+        self._client = client
+        self.segment = segment
+        self._buf: deque = deque()  # (raw msg, position, txn id | None, writer)
+        self._gate = BEFORE_EARLIEST
+        self._received = BEFORE_EARLIEST
+        self._dedupe = dedupe
+        self._last: Position | None = None
+        self.skipped = 0
+
+    def _pull(self, timeout_ms: int) -> None:
+        raise NotImplementedError
+
+    def _on_skip(self, raw) -> None:
+        pass
+
+    def _accept(self, raw) -> None:
+        pos = Position.of(raw.message_id())
+        if self._dedupe:
+            if self._last is not None and pos <= self._last:
+                return  # a broker redelivery (pulsar-lite duplicates on unbatched topics)
+            self._last = pos
+        if pos.entry_position > self._received:
+            self._received = pos.entry_position
+        props = raw.properties()
+        t = props.get(PROP_TXN)
+        self._buf.append((raw, pos, TxnId.parse(t) if t else None, props.get(PROP_WRITER, "")))
+
+    def _next_raw(self, timeout_ms: int | None):
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        buf = self._client.buffer
+        while True:
+            if self._buf:
+                raw, pos, txn, writer = self._buf[0]
+                if pos.entry_position <= self._gate:
+                    verdict = DELIVER if txn is None else self._verdict(txn, writer)
+                    if verdict == WAIT:
+                        if not buf.wait_for_outcome(txn, _left(deadline, 3600)):
+                            raise ReadTimeout(f"{self.segment}: waiting for {txn} to end")
+                        continue
+                    self._buf.popleft()
+                    if verdict == SKIP:
+                        self.skipped += 1
+                        self._on_skip(raw)
+                        continue
+                    return raw, pos, txn
+                gen = buf.generation
+                gate = buf.gate(self.segment, self._received, self._gate)
+                if gate > self._gate:
+                    self._gate = gate
+                    self._classify_batch()
+                    continue
+                left = _left(deadline, 1.0)
+                if left <= 0:
+                    raise ReadTimeout(f"{self.segment}: no committed message in time")
+                # pinned by an OPEN txn: wait for an end/position event, don't spin (H4)
+                buf.wait_for_change(gen, min(left, 5.0))
+                continue
+            left = _left(deadline, 0.5)
+            if left <= 0:
+                raise ReadTimeout(f"{self.segment}: no committed message in time")
+            self._pull(max(1, int(left * 1000)))
+
+    def _verdict(self, txn: TxnId, writer: str) -> str:
+        return self._client.buffer.classify(self.segment, [(txn, writer)])[0]
+
+    def _classify_batch(self) -> None:
+        pairs = [(t, w) for _, pos, t, w in self._buf if t is not None and pos.entry_position
+                 <= self._gate]
+        if pairs:
+            self._client.buffer.classify(self.segment, pairs)  # warms the outcome cache
+
+    def _wrap(self, raw, pos: Position, txn: TxnId | None) -> TxnMessage:
+        props = {k: v for k, v in raw.properties().items() if not k.startswith("__ptxn.")}
+        key = raw.partition_key() or None
+        return TxnMessage(self.segment, raw.data(), key, props, pos, raw.message_id(),
+                          raw.publish_timestamp(), raw.event_timestamp(),
+                          str(txn) if txn else None)
+
+
+def _left(deadline: float | None, default: float) -> float:
+    return default if deadline is None else deadline - time.monotonic()
+
+
+class Reader(_GatedStream):
+    """READ_COMMITTED reader of one topic (segment), from a start position."""
+
+    def __init__(self, client: PulsarTxnClient, topic: str, start: str | Position = "earliest",
+                 **kwargs) -> None:
+        super().__init__(client, normalize_topic(topic), dedupe=True)
+        if start == "earliest":
+            mid = pulsar.MessageId.earliest
+        elif start == "latest":
+            mid = pulsar.MessageId.latest
+        elif isinstance(start, Position):
+            mid = pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
+            self._received = self._gate = start.entry_position
+        else:
+            raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
+        kwargs.setdefault("receiver_queue_size", 2000)
+        self._r = client.pulsar.create_reader(self.segment, mid, **kwargs)
+
+    def _pull(self, timeout_ms: int) -> None:
+        try:
+            self._accept(self._r.read_next(timeout_ms))
+        except pulsar.Timeout:
+            return
+        for _ in range(_DRAIN):
+            try:
+                self._accept(self._r.read_next(0))
+            except pulsar.Timeout:
+                return
+
+    def read_next(self, timeout_millis: int | None = None) -> TxnMessage:
+        return self._wrap(*self._next_raw(timeout_millis))
+
+    def read_batch(self, max_messages: int, timeout_millis: int = 100) -> list[TxnMessage]:
+        out = []
+        try:
+            out.append(self.read_next(timeout_millis))
+            while len(out) < max_messages and self._buf:
+                out.append(self.read_next(0))
+        except ReadTimeout:
+            pass
+        return out
+
+    def close(self) -> None:
+        self._r.close()
+
+
+class Consumer(_GatedStream):
+    """READ_COMMITTED consumer; ``acknowledge(..., txn=)`` makes the ack transactional."""
+
+    def __init__(self, client: PulsarTxnClient, topic: str, subscription: str,
+                 consumer_type: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
+                 initial_position: pulsar.InitialPosition = pulsar.InitialPosition.Earliest,
+                 **kwargs) -> None:
+        dedupe = consumer_type in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover)
+        super().__init__(client, normalize_topic(topic), dedupe=dedupe)
+        kwargs.setdefault("negative_ack_redelivery_delay_ms", 200)
+        self._c = client.pulsar.subscribe(self.segment, subscription, consumer_type=consumer_type,
+                                          initial_position=initial_position, **kwargs)
+        self.subscription = subscription
+        self.acks = PendingAckStore(client.store, self.segment, subscription,
+                                    apply=self._apply_acks, redeliver=self._redeliver)
+        client._register_ack_store(self.acks)
+        self.recovered = self.acks.recover()
+
+    def _pull(self, timeout_ms: int) -> None:
+        try:
+            self._accept(self._c.receive(timeout_ms))
+        except pulsar.Timeout:
+            return
+
+    def _on_skip(self, raw) -> None:
+        self._c.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
+
+    def receive(self, timeout_millis: int | None = None) -> TxnMessage:
+        return self._wrap(*self._next_raw(timeout_millis))
+
+    def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        if txn is None:
+            self._c.acknowledge(message.message_id)
+            return
+        txn._add_ack_store(self.acks)
+        self.acks.acknowledge(txn.id, [message.position], cumulative=False)
+
+    def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        if txn is None:
+            self._c.acknowledge_cumulative(message.message_id)
+            return
+        txn._add_ack_store(self.acks)
+        self.acks.acknowledge(txn.id, [message.position], cumulative=True)
+
+    def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
+        for p in positions:
+            mid = pulsar.MessageId(-1, p.ledger, p.entry, p.batch)
+            if cumulative:
+                self._c.acknowledge_cumulative(mid)
+            else:
+                self._c.acknowledge(mid)
+
+    def _redeliver(self, positions: list[Position]) -> None:
+        for p in positions:
+            self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch))
+
+    def close(self) -> None:
+        self._client._unregister_ack_store(self.acks)
+        self._c.close()
+
+
+class PulsarTxnClient:
+    """Entry point: a Pulsar client plus the v5 transaction roles over one metastore."""
+
+    def __init__(self, service_url: str, metastore_url: str, *, namespace: str = "ptxn",
+                 partitions: int | None = None, sweeper: bool = True,
+                 sweep_interval_s: float = 1.0, retention_ms: int = DEFAULT_RETENTION_MS,
+                 **pulsar_kwargs) -> None:
+        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
+                              "pulsar+ssl://")
+        self.store = open_store(metastore_url, namespace=namespace, partitions=partitions)
+        self.coordinator = TransactionCoordinator(self.store)
+        self.buffer = TransactionBuffer(self.store)
+        self._ack_stores: list[PendingAckStore] = []
+        self._ack_lock = threading.Lock()
+        self._watch = self.store.watch(self._on_event)
+        pulsar_kwargs.setdefault("logger", quiet_logger())
+        self.pulsar = pulsar.Client(service_url, **pulsar_kwargs)
+        if sweeper:
+            self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
+
+    # ---- transactions ----
+    def new_transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Transaction:
+        return Transaction(self, self.coordinator.new_transaction(timeout_ms))
+
+    @contextmanager
+    def transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        """Commit on success, abort on an exception (skipped once the txn is fenced)."""
+        txn = self.new_transaction(timeout_ms)
+        with txn:
+            yield txn
+
+    # ---- producers / readers / consumers ----
+    def create_producer(self, topic: str, **kwargs) -> Producer:
+        return Producer(self, topic, **kwargs)
+
+    def create_reader(self, topic: str, start: str | Position = "earliest", **kwargs) -> Reader:
+        return Reader(self, topic, start, **kwargs)
+
+    def subscribe(self, topic: str, subscription: str, **kwargs) -> Consumer:
+        return Consumer(self, topic, subscription, **kwargs)
+
+    # ---- participants ----
+    def _register_ack_store(self, store: PendingAckStore) -> None:
+        with self._ack_lock:
+            self._ack_stores.append(store)
+
+    def _unregister_ack_store(self, store: PendingAckStore) -> None:
+        with self._ack_lock:
+            if store in self._ack_stores:
+                self._ack_stores.remove(store)
+
+    def _on_event(self, ev: TxnEvent) -> None:
+        self.buffer.on_event(ev)
+        if ev.kind == "end" and ev.txn_id is not None and ev.state is not None:
+            with self._ack_lock:
+                stores = [s for s in self._ack_stores if ev.txn_id in s.pending_txns()]
+            for s in stores:
+                try:
+                    s.on_end(ev.txn_id, ev.state)
+                except PulsarTxnError as e:
+                    log.warning("materializing %s on %s failed: %s", ev.txn_id, s.segment, e)
+        elif ev.kind == "resync":
+            with self._ack_lock:
+                stores = list(self._ack_stores)
+            for s in stores:
+                s.recover()
+
+    def close(self) -> None:
+        self.coordinator.close()
+        self._watch.close()
+        try:
+            self.pulsar.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> PulsarTxnClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_all(reader: Reader, idle_ms: int = 500) -> Iterable[TxnMessage]:
+    """Yield messages until none arrives for ``idle_ms`` (tests, examples)."""
+    while True:
+        try:
+            yield reader.read_next(idle_ms)
+        except ReadTimeout:
+            return

@@ -1,0 +1,118 @@
+"""TransactionCoordinator (v5): new, end, timeout sweep, GC sweep.
+
+It holds no state of its own and never calls participants: the header CAS in
+the metadata store *is* the decision, and participants learn it by watching.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+from pulsar_txn.errors import ConfigError, PulsarTxnError, TxnNotFound
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.records import TxnHeader, TxnId
+from pulsar_txn.state import TxnState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MS = 60_000
+DEFAULT_RETENTION_MS = 3_600_000
+
+
+class TransactionCoordinator:
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def new_transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS, owner: str = "") -> TxnHeader:
+        """Create an OPEN txn. With an owner, repeated calls return the owner's txn.
+
+        An owner whose txn was ABORTED gets a fresh one (a failed batch is retried);
+        a COMMITTED one is returned as is, so a replayed batch commits nothing new.
+        """
+        if int(timeout_ms) <= 0:
+            raise ConfigError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
+        txn_id = self.store.next_txn_id(owner)
+        header = self.store.create_txn(txn_id, int(timeout_ms), owner)
+        if owner and header.state is TxnState.ABORTED:
+            header = self.store.create_txn(self.store.next_txn_id(owner), int(timeout_ms), owner,
+                                           replace=header.txn_id)
+        return header
+
+    def end_transaction(self, txn_id: TxnId, target: TxnState,
+                        winners: Iterable[str] | None = None,
+                        segments: Iterable[str] | None = None) -> TxnHeader:
+        """One CAS. Repeating the same end succeeds; the opposite end raises.
+
+        ``winners`` (commit only) names the writers whose entries become visible;
+        None means every writer that recorded a position.
+        """
+        header, _changed, timed_out = self.store.end_txn(txn_id, target, winners, segments)
+        if timed_out:
+            from pulsar_txn.errors import TxnTimedOut
+            raise TxnTimedOut(str(txn_id))
+        return header
+
+    def commit(self, txn_id: TxnId, winners: Iterable[str] | None = None,
+               segments: Iterable[str] | None = None) -> TxnHeader:
+        return self.end_transaction(txn_id, TxnState.COMMITTED, winners, segments)
+
+    def abort(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> TxnHeader:
+        return self.end_transaction(txn_id, TxnState.ABORTED, None, segments)
+
+    def get(self, txn_id: TxnId) -> TxnHeader:
+        header = self.store.get_header(txn_id)
+        if header is None:
+            raise TxnNotFound(f"transaction {txn_id} not found")
+        return header
+
+    # ---- sweeps ----
+    def sweep_timeouts(self) -> list[TxnId]:
+        """Abort every OPEN txn past its deadline (the same CAS as a client abort)."""
+        aborted = []
+        for txn_id in self.store.expired_txns():
+            try:
+                _, changed, _ = self.store.end_txn(txn_id, TxnState.ABORTED, None)
+                if changed:
+                    aborted.append(txn_id)
+            except PulsarTxnError as e:  # ended concurrently: the other end won
+                log.debug("timeout sweep skipped %s: %s", txn_id, e)
+        return aborted
+
+    def sweep_gc(self, retention_ms: int = DEFAULT_RETENTION_MS) -> int:
+        """Remove records of txns finalized more than ``retention_ms`` ago.
+
+        Aborted and losing writers stay listed per segment (H2), so entries that
+        are still retained keep their classification after the header is gone.
+        """
+        cutoff = self.store.server_time_ms() - retention_ms
+        removed = 0
+        for txn_id, _ in self.store.finalized_txns(before_ms=cutoff):
+            if self.store.gc_txn(txn_id, cutoff) == "OK":
+                removed += 1
+        return removed
+
+    def start_sweeper(self, interval_s: float = 1.0,
+                      retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+        """Background timeout + GC sweeps; several sweepers may run (the CAS arbitrates)."""
+        if self._sweeper is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    self.sweep_timeouts()
+                    self.sweep_gc(retention_ms)
+                except PulsarTxnError as e:
+                    log.warning("transaction sweep failed (will retry): %s", e)
+
+        self._sweeper = threading.Thread(target=loop, name="pulsar-txn-sweeper", daemon=True)
+        self._sweeper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=2)

@@ -1,0 +1,145 @@
+"""Frozen records of the protocol, and the encodings shared with the Lua scripts."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+
+from .errors import InvalidTxnId
+from .state import TxnState
+
+SCHEMA_VERSION = 1
+
+# Message properties carried by every transactional append (the only trace of a
+# transaction in the data stream: no markers are ever written).
+PROP_TXN = "__ptxn.txn"
+PROP_WRITER = "__ptxn.writer"
+
+_TXN_ID = re.compile(r"^v5:(\d{1,4}):(\d{1,19})$")
+_WRITER_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """An entry of a segment: (ledgerId, entryId). Batch index is kept for acks only."""
+
+    ledger: int
+    entry: int
+    batch: int = -1
+
+    def encode(self) -> str:
+        """Fixed-width hex (32 chars) so the store's lexicographic order is numeric order."""
+        return f"{self.ledger:016x}{self.entry:016x}"
+
+    def encode_ack(self) -> str:
+        return f"{self.encode()}:{self.batch}" if self.batch >= 0 else self.encode()
+
+    @classmethod
+    def decode(cls, s: str) -> Position:
+        base, _, batch = s.partition(":")
+        return cls(int(base[:16], 16), int(base[16:32], 16), int(batch) if batch else -1)
+
+    @classmethod
+    def of(cls, message_id) -> Position:  # pulsar.MessageId or _pulsar.MessageId
+        return cls(message_id.ledger_id(), message_id.entry_id(), message_id.batch_index())
+
+    @property
+    def entry_position(self) -> Position:
+        return Position(self.ledger, self.entry)
+
+    def previous(self) -> Position:
+        """The entry just before this one (the gate sits one below the first OPEN write)."""
+        if self.entry > 0:
+            return Position(self.ledger, self.entry - 1)
+        return Position(self.ledger - 1, 2**63 - 1) if self.ledger > 0 else BEFORE_EARLIEST
+
+    def __str__(self) -> str:
+        return f"{self.ledger}:{self.entry}" + (f":{self.batch}" if self.batch >= 0 else "")
+
+    @classmethod
+    def parse(cls, s: str) -> Position:
+        parts = s.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"position {s!r} is not ledgerId:entryId[:batchIndex]")
+        return cls(*(int(p) for p in parts))
+
+
+BEFORE_EARLIEST = Position(-1, -1)
+
+
+@dataclass(frozen=True)
+class TxnId:
+    """A v5 (metadata-driven) transaction id: the metastore partition and a sequence."""
+
+    partition: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"v5:{self.partition}:{self.seq}"
+
+    @classmethod
+    def parse(cls, s: str) -> TxnId:
+        m = _TXN_ID.match(s) if isinstance(s, str) else None
+        if not m:
+            raise InvalidTxnId(
+                f"{s!r} is not a pulsar-txn v5 transaction id (expected 'v5:<partition>:<seq>'); "
+                "v4 (TxnID mostBits/leastBits) transactions are not accepted on this path"
+            )
+        return cls(int(m.group(1)), int(m.group(2)))
+
+
+def partition_of(owner: str, partitions: int) -> int:
+    """Stable partition for an owner key, so an owner's txns and its index share a slot."""
+    return zlib.crc32(owner.encode()) % partitions
+
+
+def check_writer_id(writer: str) -> str:
+    if not _WRITER_ID.match(writer):
+        raise ValueError(f"writer id {writer!r} must match {_WRITER_ID.pattern}")
+    return writer
+
+
+@dataclass(frozen=True)
+class TxnHeader:
+    """The transaction's decision record: the source of truth for every participant."""
+
+    txn_id: TxnId
+    state: TxnState
+    deadline_ms: int
+    created_ms: int
+    finalized_ms: int | None = None
+    owner: str = ""
+    # Writers whose entries are visible; fixed by the commit CAS (empty unless COMMITTED).
+    winners: frozenset[str] = field(default_factory=frozenset)
+    open_ack_records: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """One writer-run on one segment: registered before its first append (H1)."""
+
+    segment: str
+    writer: str
+    first: Position | None = None
+    last: Position | None = None
+
+
+@dataclass(frozen=True)
+class OpenWrite:
+    """An entry of the per-segment open-write index, as seen by a gate query."""
+
+    txn_id: TxnId
+    writer: str
+    first: Position | None  # None: registered, append position not yet recorded
+
+
+@dataclass(frozen=True)
+class TxnEvent:
+    """A wake-up. The header stays the source of truth; events may be lost and resynced."""
+
+    kind: str  # "end" | "pos" | "resync"
+    txn_id: TxnId | None = None
+    state: TxnState | None = None
+    segments: tuple[str, ...] = ()

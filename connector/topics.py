@@ -1,0 +1,24 @@
+"""Topic-name normalization shared by the client API, the CLI and Spark."""
+
+from __future__ import annotations
+
+from pulsar_txn.errors import ConfigError
+
+
+def normalize_topic(topic: str) -> str:
+    """``x`` → ``persistent://public/default/x``; full names are validated, not rewritten."""
+    if not topic or not isinstance(topic, str):
+        raise ConfigError(f"topic must be a non-empty string, got {topic!r}")
+    if "|" in topic or "\n" in topic:
+        raise ConfigError(f"topic {topic!r} must not contain '|' or newlines")
+    if "://" not in topic:
+        parts = topic.split("/")
+        if len(parts) == 1:
+            return f"persistent://public/default/{topic}"
+        if len(parts) == 3:
+            return f"persistent://{topic}"
+        raise ConfigError(f"topic {topic!r} is not 'name', 'tenant/ns/name' or a full topic URL")
+    scheme = topic.split("://", 1)[0]
+    if scheme != "persistent":
+        raise ConfigError(f"topic {topic!r}: only persistent:// topics carry transactions")
+    return topic

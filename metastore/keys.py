@@ -1,0 +1,78 @@
+"""Every Redis key the project uses is built here.
+
+Slot layout (Redis Cluster): all records of one transaction *and* every
+per-partition index that its scripts update carry the hash tag ``{<ns>:<p>}``,
+where ``p = partition(txn)``. One Lua script can therefore touch the header, the
+write/ack records, the per-segment open-write index, the aborted-writer set, the
+deadline/finalized indexes and the event stream of partition ``p`` atomically.
+Readers that need a per-segment view query all P partitions and merge.
+
+The only keys outside a partition slot are the pending-ack claim tables, one
+slot per (segment, subscription): conflicts between transactions of different
+partitions must be decided in one place.
+"""
+
+from __future__ import annotations
+
+POSITION_WIDTH = 16  # hex digits per ledgerId / entryId: lexicographic == numeric
+SEP = "|"
+
+
+def long_key(n: int) -> str:
+    """Fixed-width hex so that lexicographic order equals numeric order (>= 0)."""
+    return format(n, f"0{POSITION_WIDTH}x")
+
+
+class Keys:
+    """Key builder for one deployment (``ns`` is the per-deployment prefix)."""
+
+    def __init__(self, ns: str, partitions: int) -> None:
+        if not ns or any(c in ns for c in "{}"):
+            raise ValueError(f"metastore key prefix {ns!r} must be non-empty and contain no braces")
+        self.ns = ns
+        self.partitions = partitions
+
+    # ---- deployment-wide ----
+    def config(self) -> str:
+        return f"{self.ns}:config"
+
+    # ---- partition slot ``{ns:p}`` ----
+    def tag(self, p: int) -> str:
+        return f"{{{self.ns}:{p}}}"
+
+    def seq(self, p: int) -> str:
+        return f"{self.tag(p)}:seq"
+
+    def header(self, p: int, seq: int) -> str:
+        return f"{self.tag(p)}:h:{seq}"
+
+    def writes(self, p: int, seq: int) -> str:
+        return f"{self.tag(p)}:w:{seq}"
+
+    def acks(self, p: int, seq: int) -> str:
+        return f"{self.tag(p)}:a:{seq}"
+
+    def open_writes(self, p: int, segment: str) -> str:
+        """Sorted set (lex) of OPEN writes on a segment: ``pos|seq|writer``."""
+        return f"{self.tag(p)}:ow:{segment}"
+
+    def aborted_writers(self, p: int, segment: str) -> str:
+        """Set of ``seq|writer`` whose entries on the segment must never show (H2)."""
+        return f"{self.tag(p)}:ab:{segment}"
+
+    def deadlines(self, p: int) -> str:
+        return f"{self.tag(p)}:dl"
+
+    def finalized(self, p: int) -> str:
+        return f"{self.tag(p)}:fin"
+
+    def events(self, p: int) -> str:
+        return f"{self.tag(p)}:ev"
+
+    def owners(self, p: int) -> str:
+        """Hash owner → txn seq, so a Spark sink finds the txn of (sink id, batchId)."""
+        return f"{self.tag(p)}:own"
+
+    # ---- pending-ack slot, one per (segment, subscription) ----
+    def ack_claims(self, segment: str, subscription: str) -> str:
+        return f"{{{self.ns}:pa:{segment}{SEP}{subscription}}}"

@@ -1,0 +1,23 @@
+#!lua
+-- Create a transaction header in state OPEN (idempotent per owner).
+-- KEYS[1] header   KEYS[2] deadline index   KEYS[3] owner index   KEYS[4] sequence counter
+-- ARGV[1] seq   ARGV[2] timeout ms   ARGV[3] owner ('' = none)
+-- ARGV[4] seq of an ABORTED txn the owner may be moved off ('' = none)
+-- returns {'OK', seq, deadline_ms, created_ms} | {'OWNED', existing_seq} | {'DUP'}
+local seq, timeout, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if owner ~= '' then
+  local existing = redis.call('HGET', KEYS[3], owner)
+  if existing and existing ~= ARGV[4] then return {'OWNED', existing} end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'DUP'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = now + timeout
+redis.call('HSET', KEYS[1], 'st', 'OPEN', 'dl', deadline, 'cr', now, 'own', owner,
+  'tmo', timeout, 'wv', 0, 'ao', 0, 'v', 1)
+redis.call('ZADD', KEYS[2], deadline, seq)
+if owner ~= '' then redis.call('HSET', KEYS[3], owner, seq) end
+-- keep the counter ahead of ids chosen by the caller (sequential keys)
+local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
+if cur < tonumber(seq) then redis.call('SET', KEYS[4], seq) end
+return {'OK', seq, tostring(deadline), tostring(now)}

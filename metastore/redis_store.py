@@ -1,0 +1,456 @@
+"""RedisMetadataStore: the typed façade over Redis (or Valkey) for the protocol.
+
+Each multi-key step is one Lua script whose keys share one cluster slot (see
+``keys.py``); scripts return status tuples that are turned into typed errors
+here and nowhere else. Redis exceptions never leave this module untranslated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from importlib import resources
+from urllib.parse import parse_qs, urlparse
+
+import redis
+from pulsar_txn.errors import (
+    AckConflict,
+    ConfigError,
+    MetastoreUnavailable,
+    PulsarTxnError,
+    TxnNotFound,
+    TxnNotOpen,
+    TxnTimedOut,
+)
+from pulsar_txn.records import (
+    OpenWrite,
+    Position,
+    TxnEvent,
+    TxnHeader,
+    TxnId,
+    WriteRecord,
+    partition_of,
+)
+from pulsar_txn.state import TxnState, check_transition
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from .keys import Keys
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARTITIONS = 16
+SEQ_BLOCK = 64
+_RETRIED = (redis.ConnectionError, redis.TimeoutError)
+
+
+def _load_lua(name: str) -> str:
+    return resources.files("pulsar_txn.metastore").joinpath("lua", f"{name}.lua").read_text()
+
+
+def _translate(fn):
+    """Map transport failures to MetastoreUnavailable at the store boundary."""
+
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PulsarTxnError:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise MetastoreUnavailable(f"metadata store unreachable: {e}") from e
+        except redis.ResponseError as e:
+            raise MetastoreUnavailable(f"metadata store refused the request: {e}") from e
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _header_from(txn_id: TxnId, h: dict[str, str]) -> TxnHeader:
+    win = h.get("win") or "[]"
+    return TxnHeader(
+        txn_id=txn_id,
+        state=TxnState(h["st"]),
+        deadline_ms=int(h.get("dl", 0)),
+        created_ms=int(h.get("cr", 0)),
+        finalized_ms=int(h["fin"]) if h.get("fin") else None,
+        owner=h.get("own", ""),
+        winners=frozenset(json.loads(win)),
+        open_ack_records=int(h.get("ao", 0)),
+        schema_version=int(h.get("v", 1)),
+    )
+
+
+def _split_record(field: str) -> tuple[str, str]:
+    seg, _, rest = field.rpartition("|")
+    return seg, rest
+
+
+class RedisWatch(threading.Thread):
+    """Follows every partition's event stream with XREAD BLOCK (push, not poll).
+
+    Events are only wake-ups: after a reconnect the stream position is re-read
+    and a ``resync`` event tells subscribers to re-read headers and indexes,
+    because events published while disconnected may be gone.
+    """
+
+    def __init__(self, store: RedisMetadataStore, callback: Callable[[TxnEvent], None]) -> None:
+        super().__init__(name="pulsar-txn-watch", daemon=True)
+        self._store = store
+        self._callback = callback
+        self._closing = threading.Event()
+        self._conn = redis.Redis(connection_pool=store.pool, decode_responses=True)
+        self._ids: dict[str, str] = {}
+        self.ready = threading.Event()
+
+    def _latest_ids(self) -> dict[str, str]:
+        keys = [self._store.keys.events(p) for p in range(self._store.partitions)]
+        pipe = self._conn.pipeline(transaction=False)
+        for k in keys:
+            pipe.xrevrange(k, "+", "-", count=1)
+        return {k: (r[0][0] if r else "0-0") for k, r in zip(keys, pipe.execute())}
+
+    def run(self) -> None:
+        backoff = 0.05
+        while not self._closing.is_set():
+            try:
+                if not self._ids:
+                    self._ids = self._latest_ids()
+                    if self.ready.is_set():
+                        self._emit(TxnEvent("resync"))
+                    self.ready.set()
+                resp = self._conn.xread(self._ids, count=1024, block=500)
+                backoff = 0.05
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                if self._closing.is_set():
+                    return
+                self._ids = {}
+                self._closing.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for key, entries in resp or ():
+                p = int(key[key.index(":") + 1: key.index("}")])
+                for eid, fields in entries:
+                    self._ids[key] = eid
+                    self._emit(self._decode(p, fields))
+
+    @staticmethod
+    def _decode(p: int, f: dict[str, str]) -> TxnEvent:
+        txn = TxnId(p, int(f["t"]))
+        segs = tuple(s for s in f.get("g", "").split("\n") if s)
+        state = TxnState(f["s"]) if f.get("s") else None
+        return TxnEvent(f.get("k", "end"), txn, state, segs)
+
+    def _emit(self, ev: TxnEvent) -> None:
+        try:
+            self._callback(ev)
+        except Exception:  # a subscriber's bug must not stop notifications for others
+            log.exception("pulsar-txn watch callback failed")
+
+    def close(self) -> None:
+        self._closing.set()
+        self.join(timeout=2)
+
+
+class RedisMetadataStore:
+    """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
+
+    def __init__(self, url: str, namespace: str = "ptxn", partitions: int | None = None,
+                 event_maxlen: int = 100_000, socket_timeout: float = 10.0) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(
+                f"metastore.url {url!r}: scheme must be redis://, rediss:// (TLS) or unix://")
+        query = parse_qs(parsed.query)
+        namespace = query.pop("namespace", [namespace])[0]
+        self.url = url
+        self.pool = redis.ConnectionPool.from_url(
+            url, decode_responses=True, socket_timeout=socket_timeout,
+            socket_connect_timeout=5, health_check_interval=30,
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.02), 4),
+            retry_on_error=list(_RETRIED),
+        )
+        self.r = redis.Redis(connection_pool=self.pool)
+        self.event_maxlen = event_maxlen
+        try:
+            self.partitions = self._agree_partitions(namespace, partitions)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise MetastoreUnavailable(f"metadata store {url!r} unreachable: {e}") from e
+        self.keys = Keys(namespace, self.partitions)
+        self._seq_lock = threading.Lock()
+        self._seq_blocks: dict[int, tuple[int, int]] = {}
+        self._s = {name: self.r.register_script(_load_lua(name)) for name in (
+            "create_txn", "register_write", "record_write", "end_txn", "gc_txn",
+            "claim_acks", "release_acks", "record_acks", "mark_acks_applied")}
+
+    def _agree_partitions(self, ns: str, wanted: int | None) -> int:
+        """P is fixed per deployment at first use: ids and slots depend on it."""
+        key = Keys(ns, 1).config()
+        self.r.hsetnx(key, "partitions", wanted or DEFAULT_PARTITIONS)
+        stored = int(self.r.hget(key, "partitions"))
+        if wanted is not None and wanted != stored:
+            raise ConfigError(
+                f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
+        return stored
+
+    def close(self) -> None:
+        self.pool.disconnect()
+
+    # ---- transactions ----
+    def next_txn_id(self, owner: str = "") -> TxnId:
+        p = partition_of(owner, self.partitions) if owner else random.randrange(self.partitions)
+        with self._seq_lock:
+            nxt, end = self._seq_blocks.get(p, (0, -1))
+            if nxt > end:
+                end = self.r.incrby(self.keys.seq(p), SEQ_BLOCK)
+                nxt = end - SEQ_BLOCK + 1
+            self._seq_blocks[p] = (nxt + 1, end)
+        return TxnId(p, nxt)
+
+    @_translate
+    def create_txn(self, txn_id: TxnId, timeout_ms: int, owner: str = "",
+                   replace: TxnId | None = None) -> TxnHeader:
+        p, k = txn_id.partition, self.keys
+        if owner and partition_of(owner, self.partitions) != p:
+            raise ValueError("an owned transaction must live in its owner's partition")
+        res = self._s["create_txn"](
+            keys=[k.header(p, txn_id.seq), k.deadlines(p), k.owners(p), k.seq(p)],
+            args=[txn_id.seq, int(timeout_ms), owner, replace.seq if replace else ""])
+        if res[0] == "OWNED":
+            existing = self.get_header(TxnId(p, int(res[1])))
+            if existing is None:  # collected between the two reads: the mapping is stale
+                return self.create_txn(txn_id, timeout_ms, owner, TxnId(p, int(res[1])))
+            return existing
+        if res[0] == "DUP":  # a retried create whose first attempt landed
+            header = self.get_header(txn_id)
+            if header is None or header.owner != owner:
+                raise PulsarTxnError(f"transaction id {txn_id} already in use")
+            return header
+        return TxnHeader(txn_id, TxnState.OPEN, int(res[2]), int(res[3]), owner=owner)
+
+    @_translate
+    def get_header(self, txn_id: TxnId) -> TxnHeader | None:
+        h = self.r.hgetall(self.keys.header(txn_id.partition, txn_id.seq))
+        return _header_from(txn_id, h) if h else None
+
+    @_translate
+    def get_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
+        pipe = self.r.pipeline(transaction=False)
+        for t in txn_ids:
+            pipe.hgetall(self.keys.header(t.partition, t.seq))
+        return {t: (_header_from(t, h) if h else None) for t, h in zip(txn_ids, pipe.execute())}
+
+    @_translate
+    def find_owner(self, owner: str) -> TxnId | None:
+        p = partition_of(owner, self.partitions)
+        seq = self.r.hget(self.keys.owners(p), owner)
+        return TxnId(p, int(seq)) if seq else None
+
+    @_translate
+    def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
+                segments: Iterable[str] | None = None) -> tuple[TxnHeader, bool, bool]:
+        """The single CAS. Returns (header, changed, timed_out).
+
+        ``segments`` is the caller's knowledge of the segments written (saves a
+        read); a registration the caller did not know about makes the script
+        answer RETRY and the records are re-read.
+        """
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        win_arg = "*" if winners is None else json.dumps(sorted(set(winners)))
+        known_segs = sorted(set(segments)) if segments is not None else None
+        expected_wv = None
+        for _ in range(8):
+            if known_segs is None or expected_wv is None:
+                records, expected_wv = self.list_writes(txn_id)
+                if known_segs is None or {r.segment for r in records} - set(known_segs):
+                    known_segs = sorted({r.segment for r in records})
+            keys = [k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
+                    k.events(p)]
+            for s in known_segs:
+                keys += [k.open_writes(p, s), k.aborted_writers(p, s)]
+            res = self._s["end_txn"](keys=keys, args=[
+                seq, target.value, expected_wv, win_arg, self.event_maxlen, len(known_segs),
+                *known_segs])
+            status = res[0]
+            if status == "RETRY":
+                expected_wv = None
+                continue
+            if status == "NOTFOUND":
+                raise TxnNotFound(f"transaction {txn_id} not found")
+            if status == "CONFLICT":
+                check_transition(str(txn_id), TxnState(res[1]), target)  # raises
+            header = self.get_header(txn_id)
+            if header is None:
+                raise TxnNotFound(f"transaction {txn_id} not found")
+            return header, status == "OK", status == "OK" and res[2] == "1"
+        raise MetastoreUnavailable(f"transaction {txn_id}: end kept racing registrations")
+
+    @_translate
+    def expired_txns(self, limit: int = 1000) -> list[TxnId]:
+        now = self.server_time_ms()
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.zrangebyscore(self.keys.deadlines(p), "-inf", now, start=0, num=limit)
+        return [TxnId(p, int(s)) for p, seqs in enumerate(pipe.execute()) for s in seqs]
+
+    @_translate
+    def open_txns(self) -> list[tuple[TxnId, int]]:
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.zrange(self.keys.deadlines(p), 0, -1, withscores=True)
+        return [(TxnId(p, int(s)), int(sc)) for p, rows in enumerate(pipe.execute())
+                for s, sc in rows]
+
+    @_translate
+    def finalized_txns(self, before_ms: int | None = None,
+                       limit: int = 1000) -> list[tuple[TxnId, int]]:
+        hi = "+inf" if before_ms is None else before_ms
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.zrangebyscore(self.keys.finalized(p), "-inf", hi, start=0, num=limit,
+                               withscores=True)
+        return [(TxnId(p, int(s)), int(sc)) for p, rows in enumerate(pipe.execute())
+                for s, sc in rows]
+
+    @_translate
+    def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> str:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        return self._s["gc_txn"](
+            keys=[k.header(p, seq), k.writes(p, seq), k.acks(p, seq), k.finalized(p),
+                  k.owners(p)], args=[seq, cutoff_ms])[0]
+
+    @_translate
+    def server_time_ms(self) -> int:
+        s, us = self.r.time()
+        return s * 1000 + us // 1000
+
+    # ---- writes ----
+    def _raise_status(self, txn_id: TxnId, res: list) -> None:
+        status = res[0]
+        if status == "NOTFOUND":
+            raise TxnNotFound(f"transaction {txn_id} not found")
+        if status == "NOTOPEN":
+            raise TxnNotOpen(str(txn_id), res[1])
+        if status == "TIMEDOUT":
+            raise TxnTimedOut(str(txn_id))
+        if status == "NOTREG":
+            raise PulsarTxnError(f"transaction {txn_id}: write recorded before registration")
+
+    @_translate
+    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        res = self._s["register_write"](
+            keys=[k.header(p, seq), k.writes(p, seq), k.open_writes(p, segment)],
+            args=[seq, segment, writer])
+        if res[0] not in ("OK", "DUP"):
+            self._raise_status(txn_id, res)
+
+    @_translate
+    def record_write(self, txn_id: TxnId, segment: str, writer: str,
+                     first: Position | None, last: Position | None) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        res = self._s["record_write"](
+            keys=[k.header(p, seq), k.writes(p, seq), k.open_writes(p, segment), k.events(p)],
+            args=[seq, segment, writer, first.encode() if first else "",
+                  last.encode() if last else "", self.event_maxlen])
+        if res[0] != "OK":
+            self._raise_status(txn_id, res)
+
+    @_translate
+    def list_writes(self, txn_id: TxnId) -> tuple[list[WriteRecord], int]:
+        p, seq = txn_id.partition, txn_id.seq
+        pipe = self.r.pipeline(transaction=True)  # MULTI: records and count agree
+        pipe.hgetall(self.keys.writes(p, seq))
+        pipe.hget(self.keys.header(p, seq), "wv")
+        recs, wv = pipe.execute()
+        out = []
+        for field, value in recs.items():
+            seg, writer = _split_record(field)
+            first, _, last = value.partition(",")
+            out.append(WriteRecord(seg, writer, Position.decode(first) if first else None,
+                                   Position.decode(last) if last else None))
+        return out, int(wv or 0)
+
+    @_translate
+    def open_writes(self, segment: str) -> list[OpenWrite]:
+        """Per partition: pending registrations and the lowest recorded first position."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            ow = k.open_writes(p, segment)
+            pipe.zrange(ow, "[!", '("', bylex=True, offset=0, num=16)
+            pipe.zrange(ow, "[0", "+", bylex=True, offset=0, num=1)
+        res = pipe.execute()
+        out: list[OpenWrite] = []
+        for p in range(self.partitions):
+            for member in res[2 * p] + res[2 * p + 1]:
+                pos, seq, writer = member.split("|")
+                out.append(OpenWrite(TxnId(p, int(seq)), writer,
+                                     None if pos == "!" else Position.decode(pos)))
+        return out
+
+    @_translate
+    def aborted_writers(self, segment: str, pairs: Iterable[tuple[TxnId, str]]
+                        ) -> set[tuple[TxnId, str]]:
+        pairs = list(pairs)
+        pipe = self.r.pipeline(transaction=False)
+        for t, w in pairs:
+            pipe.sismember(self.keys.aborted_writers(t.partition, segment), f"{t.seq}|{w}")
+        return {pair for pair, hit in zip(pairs, pipe.execute()) if hit}
+
+    # ---- acks ----
+    @_translate
+    def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
+                   positions: Sequence[str], cumulative: bool) -> None:
+        res = self._s["claim_acks"](
+            keys=[self.keys.ack_claims(segment, subscription)],
+            args=[str(txn_id), "cum" if cumulative else "ind", *positions])
+        if res[0] == "CONFLICT":
+            raise AckConflict(res[1], res[2])
+
+    @_translate
+    def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
+                     positions: Sequence[str] = ()) -> int:
+        return int(self._s["release_acks"](
+            keys=[self.keys.ack_claims(segment, subscription)], args=[str(holder), *positions]))
+
+    @_translate
+    def record_acks(self, txn_id: TxnId, segment: str, subscription: str,
+                    positions: Sequence[str], cumulative: bool) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        res = self._s["record_acks"](
+            keys=[k.header(p, seq), k.acks(p, seq)],
+            args=[f"{segment}|{subscription}", "cum" if cumulative else "ind", *positions])
+        if res[0] != "OK":
+            self._raise_status(txn_id, res)
+
+    @_translate
+    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]:
+        raw = self.r.hgetall(self.keys.acks(txn_id.partition, txn_id.seq))
+        out = {}
+        for field, value in raw.items():
+            rec = json.loads(value)
+            if isinstance(rec.get("ind"), dict):  # cjson encodes an empty array as {}
+                rec["ind"] = []
+            out[_split_record(field)] = rec
+        return out
+
+    @_translate
+    def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
+        return self.r.hgetall(self.keys.ack_claims(segment, subscription))
+
+    @_translate
+    def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        self._s["mark_acks_applied"](keys=[k.header(p, seq), k.acks(p, seq)],
+                                     args=[f"{segment}|{subscription}"])
+
+    # ---- notification ----
+    def watch(self, callback: Callable[[TxnEvent], None]) -> RedisWatch:
+        w = RedisWatch(self, callback)
+        w.start()
+        w.ready.wait(5)
+        return w

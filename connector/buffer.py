@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pulsar_txn.metastore.base import MetadataStore
@@ -22,22 +22,32 @@ DELIVER, SKIP, WAIT = "deliver", "skip", "wait"
 
 
 def max_read_position(received_upto: Position, open_writes: Sequence[OpenWrite],
-                      previous: Position) -> Position:
+                      previous: Position,
+                      seen_first: Callable[[TxnId, str], Position | None] | None = None
+                      ) -> Position:
     """The gate: every entry at or below it has a final classification.
 
     ``received_upto`` is the last entry the reader held *before* it queried the
     index: a txn that appended at or below it registered before that append, so
-    the query saw it (H1: registration precedes the append). A registration
-    without a recorded position may have appended anywhere after the previous
-    gate, so the gate does not move until the position is known. The gate never
-    moves backwards (invariant 3).
+    the query saw it (H1: registration precedes the append).
+
+    A registration without a recorded position may already have appended. A
+    reader that receives *every* entry in order (``seen_first`` given) knows
+    where: at the first entry it holds from that txn and writer, or beyond
+    ``received_upto`` if it holds none. Any other reader cannot place the
+    entry, so its gate does not move until the position is recorded. The gate
+    never moves backwards (invariant 3).
     """
-    if any(w.first is None for w in open_writes):
-        return previous
     gate = received_upto
-    firsts = [w.first for w in open_writes if w.first is not None]
-    if firsts:
-        gate = min(gate, min(firsts).previous())
+    for w in open_writes:
+        if w.first is not None:
+            gate = min(gate, w.first.previous())
+        elif seen_first is None:
+            return previous
+        else:
+            at = seen_first(w.txn_id, w.writer)
+            if at is not None:
+                gate = min(gate, at.previous())
     return max(gate, previous)
 
 
@@ -76,8 +86,10 @@ class TransactionBuffer:
 
     # ---- Gate ----
     def gate(self, segment: str, received_upto: Position,
-             previous: Position = BEFORE_EARLIEST) -> Position:
-        return max_read_position(received_upto, self.store.open_writes(segment), previous)
+             previous: Position = BEFORE_EARLIEST,
+             seen_first: Callable[[TxnId, str], Position | None] | None = None) -> Position:
+        return max_read_position(received_upto, self.store.open_writes(segment), previous,
+                                 seen_first)
 
     # ---- Classification ----
     def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[str]:

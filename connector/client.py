@@ -287,6 +287,7 @@ class _GatedStream:
         self._received = BEFORE_EARLIEST
         self._dedupe = dedupe
         self._last: Position | None = None
+        self._is_reader = isinstance(self, Reader)
         self.skipped = 0
 
     def _pull(self, timeout_ms: int) -> None:
@@ -297,7 +298,7 @@ class _GatedStream:
 
     def _accept(self, raw) -> None:
         pos = Position.of(raw.message_id())
-        if self._dedupe:
+        if self._dedupe and (self._is_reader or raw.redelivery_count() == 0):
             if self._last is not None and pos <= self._last:
                 return  # a broker redelivery (pulsar-lite duplicates on unbatched topics)
             self._last = pos
@@ -326,7 +327,8 @@ class _GatedStream:
                         continue
                     return raw, pos, txn
                 gen = buf.generation
-                gate = buf.gate(self.segment, self._received, self._gate)
+                gate = buf.gate(self.segment, self._received, self._gate,
+                                self._seen_first if self._is_reader else None)
                 if gate > self._gate:
                     self._gate = gate
                     self._classify_batch()
@@ -341,6 +343,13 @@ class _GatedStream:
             if left <= 0:
                 raise ReadTimeout(f"{self.segment}: no committed message in time")
             self._pull(max(1, int(left * 1000)))
+
+    def _seen_first(self, txn: TxnId, writer: str) -> Position | None:
+        """First held entry of a txn's writer (valid for in-order, complete readers)."""
+        for _, pos, t, w in self._buf:
+            if t == txn and w == writer:
+                return pos.entry_position
+        return None
 
     def _verdict(self, txn: TxnId, writer: str) -> str:
         return self._client.buffer.classify(self.segment, [(txn, writer)])[0]
@@ -429,9 +438,13 @@ class Consumer(_GatedStream):
 
     def _pull(self, timeout_ms: int) -> None:
         try:
-            self._accept(self._c.receive(timeout_ms))
+            raw = self._c.receive(timeout_ms)
         except pulsar.Timeout:
             return
+        if self.acks.recovered_acks or self.acks.recovered_cumulative:
+            if self.acks.acked_by_recovery(Position.of(raw.message_id())):
+                return  # prefetched before recovery applied its committed ack
+        self._accept(raw)
 
     def _on_skip(self, raw) -> None:
         self._c.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
@@ -463,7 +476,8 @@ class Consumer(_GatedStream):
 
     def _redeliver(self, positions: list[Position]) -> None:
         for p in positions:
-            self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch))
+            # the wrapper's negative_acknowledge takes only the native id
+            self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id)
 
     def close(self) -> None:
         self._client._unregister_ack_store(self.acks)
@@ -553,10 +567,11 @@ class PulsarTxnClient:
         self.close()
 
 
-def read_all(reader: Reader, idle_ms: int = 500) -> Iterable[TxnMessage]:
+def read_all(reader: Reader | Consumer, idle_ms: int = 500) -> Iterable[TxnMessage]:
     """Yield messages until none arrives for ``idle_ms`` (tests, examples)."""
+    read = reader.receive if isinstance(reader, Consumer) else reader.read_next
     while True:
         try:
-            yield reader.read_next(idle_ms)
+            yield read(idle_ms)
         except ReadTimeout:
             return

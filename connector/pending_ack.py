@@ -53,6 +53,9 @@ class PendingAckStore:
         self._redeliver = redeliver
         self._lock = threading.Lock()
         self._pending: dict[TxnId, list[tuple[list[Position], bool]]] = {}
+        # Positions acked by recovery: a consumer may already hold them prefetched.
+        self.recovered_acks: set[Position] = set()
+        self.recovered_cumulative: Position | None = None
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
@@ -96,7 +99,7 @@ class PendingAckStore:
             if self._redeliver and local:
                 self._redeliver([p for ps, cum in local if not cum for p in ps])
 
-    def _apply_committed(self, txn_id: TxnId) -> None:
+    def _apply_committed(self, txn_id: TxnId, recovering: bool = False) -> None:
         rec = self.store.list_acks(txn_id).get((self.segment, self.subscription))
         if rec is None or rec.get("applied"):
             self.store.release_acks(txn_id, self.segment, self.subscription)
@@ -106,6 +109,12 @@ class PendingAckStore:
             self._apply(ind, False)
         if rec.get("cum"):
             self._apply([ack_position(rec["cum"])], True)
+        if recovering:
+            self.recovered_acks.update(ind)
+            if rec.get("cum"):
+                cum = ack_position(rec["cum"])
+                if self.recovered_cumulative is None or cum > self.recovered_cumulative:
+                    self.recovered_cumulative = cum
         # mark before release: a crash in between leaves a claim that recovery
         # finds and releases; the reverse order would strand the mark.
         self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
@@ -128,8 +137,12 @@ class PendingAckStore:
                 self.store.release_acks(t, self.segment, self.subscription)
                 stats["released"] += 1
             elif h.state is TxnState.COMMITTED:
-                self._apply_committed(t)
+                self._apply_committed(t, recovering=True)
                 stats["applied"] += 1
             else:
                 stats["open"] += 1
         return stats
+
+    def acked_by_recovery(self, p: Position) -> bool:
+        cum = self.recovered_cumulative
+        return p in self.recovered_acks or (cum is not None and p <= cum)

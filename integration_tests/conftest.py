@@ -1,0 +1,92 @@
+"""Real services for the integration suite: Redis (Valkey) + a Pulsar broker per kind.
+
+``PULSAR_TXN_BROKERS`` (comma list, default ``standalone,lite``) selects the
+brokers; every integration test runs once per broker. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pulsar_txn.harness.redis_server import RedisServer
+from pulsar_txn.harness.services import BROKERS, start_broker
+
+
+def _kinds() -> list[str]:
+    kinds = [k.strip() for k in os.environ.get("PULSAR_TXN_BROKERS", "standalone,lite").split(",")
+             if k.strip()]
+    bad = [k for k in kinds if k not in BROKERS]
+    if bad:
+        raise pytest.UsageError(f"PULSAR_TXN_BROKERS: unknown broker(s) {bad}; use {BROKERS}")
+    return kinds
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session", params=_kinds())
+def broker(request, tmp_path_factory):
+    b = start_broker(request.param, Path(tmp_path_factory.mktemp(f"broker-{request.param}")))
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A fresh metastore namespace per test: tests never see each other's txns."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def topic_name():
+    def make(base: str = "t") -> str:
+        return f"persistent://public/default/{base}-{uuid.uuid4().hex[:10]}"
+
+    return make
+
+
+@pytest.fixture
+def make_client(broker, redis_server, namespace):
+    from pulsar_txn.client import PulsarTxnClient
+
+    made = []
+
+    def make(**kw):
+        kw.setdefault("namespace", namespace)
+        kw.setdefault("sweep_interval_s", 0.2)
+        url = kw.pop("metastore_url", redis_server.url)
+        c = PulsarTxnClient(broker.service_url, url, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def client(make_client):
+    return make_client()
+
+
+@pytest.fixture
+def plain_pulsar(broker):
+    """A plain pulsar-client, as a user of the topics without this layer would have."""
+    import pulsar
+
+    from pulsar_txn.client import quiet_logger
+
+    c = pulsar.Client(broker.service_url, logger=quiet_logger())
+    yield c
+    c.close()

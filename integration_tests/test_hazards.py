@@ -1,0 +1,65 @@
+"""H1 (append-then-record window) and H3 (late and zombie writers)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import raw_entries, values
+
+from pulsar_txn.client import Transaction
+from pulsar_txn.errors import ReadTimeout, TxnNotOpen
+from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position
+
+
+def test_gate_between_append_and_record_does_not_pass_the_entry(client, plain_pulsar,
+                                                                topic_name):
+    """Fault injection: the writer registered and appended, but has not recorded yet."""
+    t = topic_name()
+    client.create_producer(t).send(b"before")
+    txn = client.new_transaction()
+    client.store.register_write(txn.id, t, "w1")            # step 1: registration
+    raw = plain_pulsar.create_producer(t)                    # step 2: the append
+    mid = raw.send(b"in-window", properties={PROP_TXN: str(txn.id), PROP_WRITER: "w1"})
+    pos = Position.of(mid).entry_position
+    # step 3 (record) has not happened: a gate computed now must stay below the entry
+    gate = client.buffer.gate(t, received_upto=pos)
+    assert gate < pos
+    reader = client.create_reader(t)
+    assert reader.read_next(3000).value == b"before"
+    with pytest.raises(ReadTimeout):
+        reader.read_next(500)
+    client.store.record_write(txn.id, t, "w1", pos, None)     # step 3
+    assert client.buffer.gate(t, received_upto=pos) < pos     # now pinned by the record
+    client.coordinator.commit(txn.id)
+    assert reader.read_next(3000).value == b"in-window"
+
+
+def test_zombie_writer_after_end_is_fenced(client, plain_pulsar, topic_name):
+    t = topic_name()
+    p = client.create_producer(t)
+    txn = client.new_transaction()
+    p.send(b"ok", txn=txn)
+    txn.commit()
+    # a zombie holding a stale OPEN view of the txn, with a new writer-run
+    stale = Transaction(client, txn.header)
+    stale._state = stale.header.state.__class__("OPEN")
+    zombie = client.create_producer(t)
+    with pytest.raises(TxnNotOpen):
+        zombie.send(b"zombie", txn=stale)
+    assert [m.data() for m in raw_entries(plain_pulsar, t)] == [b"ok"]  # nothing appended
+    assert values(client.create_reader(t)) == [b"ok"]
+
+
+def test_writer_registered_before_end_but_not_winner_stays_invisible(client, plain_pulsar,
+                                                                     topic_name):
+    t = topic_name()
+    p = client.create_producer(t)
+    txn = client.new_transaction()
+    p.send(b"winner", txn=txn)
+    # a second attempt registered and appended, but the committer never heard of it
+    client.store.register_write(txn.id, t, "late-attempt")
+    raw = plain_pulsar.create_producer(t)
+    raw.send(b"loser", properties={PROP_TXN: str(txn.id), PROP_WRITER: "late-attempt"})
+    txn.commit()  # winners = the writers this client knows
+    assert values(client.create_reader(t)) == [b"winner"]
+    client.coordinator.sweep_gc(retention_ms=0)  # ... and after header GC (H2)
+    assert values(client.create_reader(t)) == [b"winner"]

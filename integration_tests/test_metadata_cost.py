@@ -1,0 +1,31 @@
+"""Metadata writes per transaction do not grow with the number of messages."""
+
+from __future__ import annotations
+
+from helpers import CommandCounter
+
+
+def _txn_cost(client, counter, topic, n):
+    p = client.create_producer(topic, batching_enabled=True, batching_max_messages=1000,
+                               block_if_queue_full=True, max_pending_messages=5000)
+    before = counter.snapshot()
+    txn = client.new_transaction()
+    for i in range(n):
+        p.send_async(b"x" * 16, txn=txn)
+    txn.commit()
+    writes, total, per_cmd = counter.delta(before)
+    # the txn-id block (INCRBY) is fetched once per 64 txns per partition: not per message
+    return writes - per_cmd.get("incrby", 0), per_cmd
+
+
+def test_metastore_writes_independent_of_message_count(make_client, redis_server, topic_name):
+    client = make_client(sweeper=False)
+    counter = CommandCounter(redis_server.url)
+    client.new_transaction().abort()  # warm up: the id block is allocated once per 64 txns
+    small, small_cmds = _txn_cost(client, counter, topic_name(), 10)
+    large, large_cmds = _txn_cost(client, counter, topic_name(), 100_000)
+    print(f"\nmetastore writes: 10 messages -> {small} ({small_cmds}); "
+          f"100000 messages -> {large} ({large_cmds})")
+    assert small == large
+    # scripts: create + register + record first position + end (one each)
+    assert small_cmds["evalsha"] == large_cmds["evalsha"] == 4

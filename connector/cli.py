@@ -1,0 +1,107 @@
+"""``pulsar-txn``: operate transactions from a shell.
+
+The lingering-transaction tool: list OPEN txns and how old they are, show one,
+abort one by id, run the timeout and GC sweeps, find the txn of an owner (for
+example a Spark sink's ``<sink id>:<batchId>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
+from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.metastore import open_store
+from pulsar_txn.records import TxnHeader, TxnId
+
+
+def _header_dict(h: TxnHeader, now_ms: int) -> dict:
+    return {
+        "txn": str(h.txn_id), "state": h.state.value, "owner": h.owner,
+        "age_s": round((now_ms - h.created_ms) / 1000, 1),
+        "deadline_in_s": round((h.deadline_ms - now_ms) / 1000, 1),
+        "finalized_ms": h.finalized_ms, "winners": sorted(h.winners),
+        "unapplied_ack_records": h.open_ack_records,
+    }
+
+
+def _print(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        print("(none)")
+        return
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(widths[c]) for c in cols))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__.splitlines()[0])
+    ap.add_argument("--metastore", default=os.environ.get("PULSAR_TXN_METASTORE"),
+                    help="metastore URL (redis://, rediss://); env PULSAR_TXN_METASTORE")
+    ap.add_argument("--namespace", default=os.environ.get("PULSAR_TXN_NAMESPACE", "ptxn"),
+                    help="metastore key prefix of the deployment (default ptxn)")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="list transactions")
+    ls.add_argument("--state", choices=["open", "finalized"], default="open")
+    ls.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
+                    help="only transactions created more than SECONDS ago")
+    sub.add_parser("show", help="show one transaction").add_argument("txn")
+    sub.add_parser("abort", help="abort an OPEN transaction by id").add_argument("txn")
+    sub.add_parser("find", help="the transaction of an owner (e.g. '<sink>:<batchId>')"
+                   ).add_argument("owner")
+    sw = sub.add_parser("sweep", help="abort expired txns and collect old finalized ones")
+    sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    args = ap.parse_args(argv)
+    if not args.metastore:
+        ap.error("--metastore (or PULSAR_TXN_METASTORE) is required")
+    try:
+        store = open_store(args.metastore, namespace=args.namespace)
+        coord = TransactionCoordinator(store)
+        now = store.server_time_ms()
+        if args.cmd == "list":
+            ids = ([t for t, _ in store.open_txns()] if args.state == "open"
+                   else [t for t, _ in store.finalized_txns()])
+            headers = [h for h in store.get_headers(ids).values() if h is not None]
+            rows = [_header_dict(h, now) for h in sorted(headers, key=lambda h: h.created_ms)
+                    if now - h.created_ms >= args.older_than * 1000]
+            _print(rows, args.json)
+        elif args.cmd == "show":
+            h = coord.get(TxnId.parse(args.txn))
+            row = _header_dict(h, now)
+            recs, _ = store.list_writes(h.txn_id)
+            row["writes"] = [{"segment": r.segment, "writer": r.writer,
+                              "first": str(r.first) if r.first else None} for r in recs]
+            print(json.dumps(row, indent=2))
+        elif args.cmd == "abort":
+            h = coord.abort(TxnId.parse(args.txn))
+            _print([_header_dict(h, now)], args.json)
+        elif args.cmd == "find":
+            t = store.find_owner(args.owner)
+            if t is None:
+                print(f"no transaction recorded for owner {args.owner!r}", file=sys.stderr)
+                return 1
+            _print([_header_dict(coord.get(t), now)], args.json)
+        elif args.cmd == "sweep":
+            t0 = time.monotonic()
+            aborted = coord.sweep_timeouts()
+            removed = coord.sweep_gc(args.retention_ms)
+            _print([{"aborted": len(aborted), "collected": removed,
+                     "seconds": round(time.monotonic() - t0, 3)}], args.json)
+        return 0
+    except PulsarTxnError as e:
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import _pulsar
 import pulsar
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
@@ -155,22 +156,50 @@ class Transaction:
         return False
 
 
-@dataclass(frozen=True)
 class TxnMessage:
-    """A message as a READ_COMMITTED reader returns it."""
+    """A message as a READ_COMMITTED reader returns it (fields read lazily from the broker's)."""
 
-    topic: str
-    value: bytes
-    key: str | None
-    properties: dict[str, str]
-    position: Position
-    message_id: object
-    publish_time_ms: int
-    event_time_ms: int
-    txn_id: str | None
+    __slots__ = ("_raw", "topic", "_mid", "txn_id")
+
+    def __init__(self, raw, topic: str, mid, txn_id: str | None) -> None:
+        self._raw = raw
+        self.topic = topic
+        self._mid = mid
+        self.txn_id = txn_id
+
+    @property
+    def value(self) -> bytes:
+        return self._raw.data()
 
     def data(self) -> bytes:
-        return self.value
+        return self._raw.data()
+
+    @property
+    def key(self) -> str | None:
+        return self._raw.partition_key() or None
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {k: v for k, v in self._raw.properties().items() if not k.startswith("__ptxn.")}
+
+    @property
+    def position(self) -> Position:
+        return Position.of(self._mid)
+
+    @property
+    def message_id(self):
+        return self._mid
+
+    @property
+    def publish_time_ms(self) -> int:
+        return self._raw.publish_timestamp()
+
+    @property
+    def event_time_ms(self) -> int:
+        return self._raw.event_timestamp()
+
+    def __repr__(self) -> str:
+        return f"TxnMessage({self.topic}, {self.position}, txn={self.txn_id})"
 
 
 class Producer:
@@ -276,19 +305,41 @@ class Producer:
                 run.errors.append("sends still outstanding after 60 s")
 
 
+_BATCH_MAX = 2**31 - 1  # a gate id compares above every batch index of its entry
+
+
+def _gate_id(entry: tuple[int, int]):
+    return _pulsar.MessageId(-1, entry[0], entry[1], _BATCH_MAX)
+
+
 class _GatedStream:
-    """Shared READ_COMMITTED logic of readers and consumers of one segment."""
+    """Shared READ_COMMITTED logic of readers and consumers of one segment.
+
+    Hot path: native message ids are compared directly (no Python position
+    objects), final verdicts are cached per (txn, writer), and a message is
+    wrapped only when it is returned.
+    """
 
     def __init__(self, client: PulsarTxnClient, segment: str, dedupe: bool) -> None:
         self._client = client
         self.segment = segment
-        self._buf: deque = deque()  # (raw msg, position, txn id | None, writer)
-        self._gate = BEFORE_EARLIEST
-        self._received = BEFORE_EARLIEST
+        self._buf: deque = deque()  # (raw, native message id, txn id str | None, writer)
+        self._gate: tuple[int, int] = (-1, -1)
+        self._gate_id = _gate_id(self._gate)
+        self._received = None  # highest native id held (entries at or below it are known)
         self._dedupe = dedupe
-        self._last: Position | None = None
+        self._last = None
         self._is_reader = isinstance(self, Reader)
+        self._verdicts: dict[tuple[str, str], str] = {}
+        self._ids: dict[str, TxnId] = {}
+        self._below = False
         self.skipped = 0
+
+    def _set_gate(self, entry: tuple[int, int]) -> None:
+        self._gate = entry
+        self._gate_id = _gate_id(entry)
+        # every held entry is below the gate: the hot path skips the per-message compare
+        self._below = self._received is not None and self._received <= self._gate_id
 
     def _pull(self, timeout_ms: int) -> None:
         raise NotImplementedError
@@ -297,75 +348,121 @@ class _GatedStream:
         pass
 
     def _accept(self, raw) -> None:
-        pos = Position.of(raw.message_id())
-        if self._dedupe and (self._is_reader or raw.redelivery_count() == 0):
-            if self._last is not None and pos <= self._last:
-                return  # a broker redelivery (pulsar-lite duplicates on unbatched topics)
-            self._last = pos
-        if pos.entry_position > self._received:
-            self._received = pos.entry_position
-        props = raw.properties()
-        t = props.get(PROP_TXN)
-        self._buf.append((raw, pos, TxnId.parse(t) if t else None, props.get(PROP_WRITER, "")))
+        self._ingest((raw,))
+
+    def _ingest(self, raws) -> None:
+        """Append received messages to the buffer (one tight loop per drained batch)."""
+        append = self._buf.append
+        last, received = self._last, self._received
+        if self._is_reader:  # in order: the last id held is the highest
+            for raw in raws:
+                mid = raw.message_id()
+                if last is not None and mid <= last:
+                    continue  # a broker redelivery (pulsar-lite duplicates unbatched topics)
+                last = mid
+                props = raw.properties()
+                t = props.get(PROP_TXN)
+                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+            received = last
+        else:
+            dedupe = self._dedupe
+            for raw in raws:
+                mid = raw.message_id()
+                if dedupe and raw.redelivery_count() == 0:
+                    if last is not None and mid <= last:
+                        continue
+                    last = mid
+                if received is None or received < mid:
+                    received = mid
+                props = raw.properties()
+                t = props.get(PROP_TXN)
+                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+        self._last, self._received = last, received
+        self._below = received is not None and received <= self._gate_id
+
+    def _received_entry(self) -> Position:
+        r = self._received
+        return BEFORE_EARLIEST if r is None else Position(r.ledger_id(), r.entry_id())
 
     def _next_raw(self, timeout_ms: int | None):
+        buf = self._buf
+        if buf:  # fast path: a non-transactional or already-classified entry below the gate
+            head = buf[0]
+            if (head[2] is None or self._verdicts.get((head[2], head[3])) == DELIVER) and (
+                    self._below or head[1] <= self._gate_id):
+                return buf.popleft()
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-        buf = self._client.buffer
+        tb = self._client.buffer
         while True:
-            if self._buf:
-                raw, pos, txn, writer = self._buf[0]
-                if pos.entry_position <= self._gate:
-                    verdict = DELIVER if txn is None else self._verdict(txn, writer)
-                    if verdict == WAIT:
-                        if not buf.wait_for_outcome(txn, _left(deadline, 3600)):
-                            raise ReadTimeout(f"{self.segment}: waiting for {txn} to end")
-                        continue
-                    self._buf.popleft()
+            if buf:
+                raw, mid, t, writer = head = buf[0]
+                if mid <= self._gate_id:
+                    if t is None:
+                        return buf.popleft()
+                    verdict = self._verdicts.get((t, writer)) or self._verdict(t, writer)
+                    if verdict == DELIVER:
+                        return buf.popleft()
                     if verdict == SKIP:
+                        buf.popleft()
                         self.skipped += 1
                         self._on_skip(raw)
                         continue
-                    return raw, pos, txn
-                gen = buf.generation
-                gate = buf.gate(self.segment, self._received, self._gate,
-                                self._seen_first if self._is_reader else None)
-                if gate > self._gate:
-                    self._gate = gate
+                    if not tb.wait_for_outcome(self._txn(t), _left(deadline, 3600)):
+                        raise ReadTimeout(f"{self.segment}: waiting for {t} to end")
+                    continue
+                gen = tb.generation
+                gate = tb.gate(self.segment, self._received_entry(), Position(*self._gate),
+                               self._seen_first if self._is_reader else None)
+                if (gate.ledger, gate.entry) > self._gate:
+                    self._set_gate((gate.ledger, gate.entry))
                     self._classify_batch()
                     continue
                 left = _left(deadline, 1.0)
                 if left <= 0:
                     raise ReadTimeout(f"{self.segment}: no committed message in time")
                 # pinned by an OPEN txn: wait for an end/position event, don't spin (H4)
-                buf.wait_for_change(gen, min(left, 5.0))
+                tb.wait_for_change(gen, min(left, 5.0))
                 continue
             left = _left(deadline, 0.5)
             if left <= 0:
                 raise ReadTimeout(f"{self.segment}: no committed message in time")
             self._pull(max(1, int(left * 1000)))
 
+    def _txn(self, t: str) -> TxnId:
+        txn = self._ids.get(t)
+        if txn is None:
+            txn = self._ids[t] = TxnId.parse(t)
+        return txn
+
     def _seen_first(self, txn: TxnId, writer: str) -> Position | None:
         """First held entry of a txn's writer (valid for in-order, complete readers)."""
-        for _, pos, t, w in self._buf:
-            if t == txn and w == writer:
-                return pos.entry_position
+        s = str(txn)
+        for _, mid, t, w in self._buf:
+            if t == s and w == writer:
+                return Position(mid.ledger_id(), mid.entry_id())
         return None
 
-    def _verdict(self, txn: TxnId, writer: str) -> str:
-        return self._client.buffer.classify(self.segment, [(txn, writer)])[0]
+    def _verdict(self, t: str, writer: str) -> str:
+        verdict = self._client.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
+        if verdict != WAIT:
+            self._verdicts[(t, writer)] = verdict
+        return verdict
 
     def _classify_batch(self) -> None:
-        pairs = [(t, w) for _, pos, t, w in self._buf if t is not None and pos.entry_position
-                 <= self._gate]
-        if pairs:
-            self._client.buffer.classify(self.segment, pairs)  # warms the outcome cache
+        gate = self._gate_id
+        pairs = {(t, w) for _, mid, t, w in self._buf
+                 if t is not None and (t, w) not in self._verdicts and mid <= gate}
+        if not pairs:
+            return
+        pairs = list(pairs)
+        verdicts = self._client.buffer.classify(self.segment,
+                                                [(self._txn(t), w) for t, w in pairs])
+        for pair, verdict in zip(pairs, verdicts):
+            if verdict != WAIT:
+                self._verdicts[pair] = verdict
 
-    def _wrap(self, raw, pos: Position, txn: TxnId | None) -> TxnMessage:
-        props = {k: v for k, v in raw.properties().items() if not k.startswith("__ptxn.")}
-        key = raw.partition_key() or None
-        return TxnMessage(self.segment, raw.data(), key, props, pos, raw.message_id(),
-                          raw.publish_timestamp(), raw.event_timestamp(),
-                          str(txn) if txn else None)
+    def _wrap(self, head) -> TxnMessage:
+        return TxnMessage(head[0], self.segment, head[1], head[2])
 
 
 def _left(deadline: float | None, default: float) -> float:
@@ -384,25 +481,27 @@ class Reader(_GatedStream):
             mid = pulsar.MessageId.latest
         elif isinstance(start, Position):
             mid = pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
-            self._received = self._gate = start.entry_position
+            self._set_gate((start.ledger, start.entry))
+            self._received = mid._msg_id
         else:
             raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
         kwargs.setdefault("receiver_queue_size", 2000)
         self._r = client.pulsar.create_reader(self.segment, mid, **kwargs)
+        self._native = self._r._reader  # skips a Python wrapper object per message
 
     def _pull(self, timeout_ms: int) -> None:
+        read = self._native.read_next
+        got = []
         try:
-            self._accept(self._r.read_next(timeout_ms))
+            got.append(read(timeout_ms))
+            for _ in range(_DRAIN):
+                got.append(read(0))
         except pulsar.Timeout:
-            return
-        for _ in range(_DRAIN):
-            try:
-                self._accept(self._r.read_next(0))
-            except pulsar.Timeout:
-                return
+            pass
+        self._ingest(got)
 
     def read_next(self, timeout_millis: int | None = None) -> TxnMessage:
-        return self._wrap(*self._next_raw(timeout_millis))
+        return self._wrap(self._next_raw(timeout_millis))
 
     def read_batch(self, max_messages: int, timeout_millis: int = 100) -> list[TxnMessage]:
         out = []
@@ -430,6 +529,7 @@ class Consumer(_GatedStream):
         kwargs.setdefault("negative_ack_redelivery_delay_ms", 200)
         self._c = client.pulsar.subscribe(self.segment, subscription, consumer_type=consumer_type,
                                           initial_position=initial_position, **kwargs)
+        self._native = self._c._consumer  # native messages: no wrapper object per message
         self.subscription = subscription
         self.acks = PendingAckStore(client.store, self.segment, subscription,
                                     apply=self._apply_acks, redeliver=self._redeliver)
@@ -438,7 +538,7 @@ class Consumer(_GatedStream):
 
     def _pull(self, timeout_ms: int) -> None:
         try:
-            raw = self._c.receive(timeout_ms)
+            raw = self._native.receive(timeout_ms)
         except pulsar.Timeout:
             return
         if self.acks.recovered_acks or self.acks.recovered_cumulative:
@@ -447,21 +547,21 @@ class Consumer(_GatedStream):
         self._accept(raw)
 
     def _on_skip(self, raw) -> None:
-        self._c.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
+        self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
-        return self._wrap(*self._next_raw(timeout_millis))
+        return self._wrap(self._next_raw(timeout_millis))
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         if txn is None:
-            self._c.acknowledge(message.message_id)
+            self._native.acknowledge(message.message_id)
             return
         txn._add_ack_store(self.acks)
         self.acks.acknowledge(txn.id, [message.position], cumulative=False)
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         if txn is None:
-            self._c.acknowledge_cumulative(message.message_id)
+            self._native.acknowledge_cumulative(message.message_id)
             return
         txn._add_ack_store(self.acks)
         self.acks.acknowledge(txn.id, [message.position], cumulative=True)

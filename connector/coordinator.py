@@ -7,10 +7,11 @@ the metadata store *is* the decision, and participants learn it by watching.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Iterable
 
-from pulsar_txn.errors import ConfigError, PulsarTxnError, TxnNotFound
+from pulsar_txn.errors import ConfigError, PulsarTxnError, TxnNotFound, TxnTimedOut
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import TxnHeader, TxnId
 from pulsar_txn.state import TxnState
@@ -22,10 +23,31 @@ DEFAULT_RETENTION_MS = 3_600_000
 
 
 class TransactionCoordinator:
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, materialize_inline: bool = False) -> None:
+        """``materialize_inline``: clean indexes in the caller's thread after each end
+        (CLI, tests); otherwise a background worker does it, so commit returns at the CAS.
+        """
         self.store = store
+        self.materialize_inline = materialize_inline
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
+        self._queue: queue.SimpleQueue | None = None
+        self._worker: threading.Thread | None = None
+        if not materialize_inline:
+            self._queue = queue.SimpleQueue()
+            self._worker = threading.Thread(target=self._materialize_loop, daemon=True,
+                                            name="pulsar-txn-materializer")
+            self._worker.start()
+
+    def _materialize_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self.materialize(*item)
+            except PulsarTxnError as e:  # the sweeper retries from the index
+                log.warning("materializing %s failed (sweeper will retry): %s", item[0], e)
 
     def new_transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS, owner: str = "") -> TxnHeader:
         """Create an OPEN txn. With an owner, repeated calls return the owner's txn.
@@ -52,9 +74,31 @@ class TransactionCoordinator:
         """
         header, _changed, timed_out = self.store.end_txn(txn_id, target, winners, segments)
         if timed_out:
-            from pulsar_txn.errors import TxnTimedOut
+            self._after_end(txn_id, segments)
             raise TxnTimedOut(str(txn_id))
+        self._after_end(txn_id, segments)
         return header
+
+    def _after_end(self, txn_id: TxnId, segments: Iterable[str] | None) -> None:
+        """Materialize now, off the decision path: the CAS already decided (O(1)).
+
+        A crash here leaves the txn in the unmaterialized index; the sweeper
+        finishes it. Readers stay correct meanwhile (the gate is only held back).
+        """
+        if self.materialize_inline:
+            self.materialize(txn_id, segments)
+        elif self._queue is not None:
+            self._queue.put((txn_id, None if segments is None else tuple(segments)))
+
+    def materialize(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> str:
+        return self.store.materialize_txn(txn_id, segments)
+
+    def sweep_materialize(self) -> int:
+        done = 0
+        for txn_id in self.store.unmaterialized_txns():
+            if self.materialize(txn_id) == "OK":
+                done += 1
+        return done
 
     def commit(self, txn_id: TxnId, winners: Iterable[str] | None = None,
                segments: Iterable[str] | None = None) -> TxnHeader:
@@ -78,6 +122,7 @@ class TransactionCoordinator:
                 _, changed, _ = self.store.end_txn(txn_id, TxnState.ABORTED, None)
                 if changed:
                     aborted.append(txn_id)
+                    self.materialize(txn_id)
             except PulsarTxnError as e:  # ended concurrently: the other end won
                 log.debug("timeout sweep skipped %s: %s", txn_id, e)
         return aborted
@@ -91,7 +136,11 @@ class TransactionCoordinator:
         cutoff = self.store.server_time_ms() - retention_ms
         removed = 0
         for txn_id, _ in self.store.finalized_txns(before_ms=cutoff):
-            if self.store.gc_txn(txn_id, cutoff) == "OK":
+            status = self.store.gc_txn(txn_id, cutoff)
+            if status == "UNMATERIALIZED":  # never drop a header before its losers are listed
+                self.materialize(txn_id)
+                status = self.store.gc_txn(txn_id, cutoff)
+            if status == "OK":
                 removed += 1
         return removed
 
@@ -105,6 +154,7 @@ class TransactionCoordinator:
             while not self._stop.wait(interval_s):
                 try:
                     self.sweep_timeouts()
+                    self.sweep_materialize()
                     self.sweep_gc(retention_ms)
                 except PulsarTxnError as e:
                     log.warning("transaction sweep failed (will retry): %s", e)
@@ -116,3 +166,6 @@ class TransactionCoordinator:
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=2)
+        if self._queue is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=5)

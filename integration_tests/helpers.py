@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import redis
-
 from pulsar_txn.client import Reader, read_all
 
 

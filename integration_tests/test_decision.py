@@ -6,7 +6,6 @@ import threading
 
 import pytest
 from helpers import raw_entries, values
-
 from pulsar_txn.errors import InvalidTxnId, InvalidTxnTransition, TxnNotFound
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId
 from pulsar_txn.state import TxnState
@@ -28,7 +27,7 @@ def test_concurrent_commit_and_abort_decide_once(client):
         results: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
-        def end(name, fn):
+        def end(name, fn, txn=txn, results=results, barrier=barrier):
             barrier.wait()
             try:
                 results[name] = fn(txn.id).state

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from helpers import values
-
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.state import TxnState
 

@@ -66,6 +66,10 @@ class Keys:
     def finalized(self, p: int) -> str:
         return f"{self.tag(p)}:fin"
 
+    def unmaterialized(self, p: int) -> str:
+        """Ended txns whose segment indexes are not cleaned yet (by end time)."""
+        return f"{self.tag(p)}:um"
+
     def events(self, p: int) -> str:
         return f"{self.tag(p)}:ev"
 

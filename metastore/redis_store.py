@@ -183,7 +183,8 @@ class RedisMetadataStore:
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
         self._s = {name: self.r.register_script(_load_lua(name)) for name in (
-            "create_txn", "register_write", "record_write", "end_txn", "gc_txn",
+            "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
+            "gc_txn",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied")}
 
     def _agree_partitions(self, ns: str, wanted: int | None) -> int:
@@ -252,41 +253,49 @@ class RedisMetadataStore:
     @_translate
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
                 segments: Iterable[str] | None = None) -> tuple[TxnHeader, bool, bool]:
-        """The single CAS. Returns (header, changed, timed_out).
+        """The single CAS, O(1) in the segments written. Returns (header, changed, timed_out).
 
-        ``segments`` is the caller's knowledge of the segments written (saves a
-        read); a registration the caller did not know about makes the script
-        answer RETRY and the records are re-read.
+        ``winners`` None means every writer that recorded a position (a scan of
+        the write records). ``segments`` is not needed by the CAS (kept for the API).
         """
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         win_arg = "*" if winners is None else json.dumps(sorted(set(winners)))
-        known_segs = sorted(set(segments)) if segments is not None else None
-        expected_wv = None
-        for _ in range(8):
-            if known_segs is None or expected_wv is None:
-                records, expected_wv = self.list_writes(txn_id)
-                if known_segs is None or {r.segment for r in records} - set(known_segs):
-                    known_segs = sorted({r.segment for r in records})
-            keys = [k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
-                    k.events(p)]
-            for s in known_segs:
+        res = self._s["end_txn"](
+            keys=[k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
+                  k.unmaterialized(p), k.events(p)],
+            args=[seq, target.value, win_arg, self.event_maxlen])
+        status = res[0]
+        if status == "NOTFOUND":
+            raise TxnNotFound(f"transaction {txn_id} not found")
+        if status == "CONFLICT":
+            check_transition(str(txn_id), TxnState(res[1]), target)  # raises
+        fields = dict(zip(res[3::2], res[4::2]))
+        return _header_from(txn_id, fields), status == "OK", status == "OK" and res[2] == "1"
+
+    @_translate
+    def materialize_txn(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> str:
+        """Clean an ended txn's open-write entries and list its losers (idempotent)."""
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        segs = sorted(set(segments)) if segments is not None else None
+        for _ in range(4):
+            if segs is None:
+                segs = sorted({r.segment for r in self.list_writes(txn_id)[0]})
+            keys = [k.header(p, seq), k.writes(p, seq), k.unmaterialized(p), k.events(p)]
+            for s in segs:
                 keys += [k.open_writes(p, s), k.aborted_writers(p, s)]
-            res = self._s["end_txn"](keys=keys, args=[
-                seq, target.value, expected_wv, win_arg, self.event_maxlen, len(known_segs),
-                *known_segs])
-            status = res[0]
-            if status == "RETRY":
-                expected_wv = None
-                continue
-            if status == "NOTFOUND":
-                raise TxnNotFound(f"transaction {txn_id} not found")
-            if status == "CONFLICT":
-                check_transition(str(txn_id), TxnState(res[1]), target)  # raises
-            header = self.get_header(txn_id)
-            if header is None:
-                raise TxnNotFound(f"transaction {txn_id} not found")
-            return header, status == "OK", status == "OK" and res[2] == "1"
-        raise MetastoreUnavailable(f"transaction {txn_id}: end kept racing registrations")
+            status = self._s["materialize_txn"](
+                keys=keys, args=[seq, self.event_maxlen, len(segs), *segs])[0]
+            if status != "RETRY":
+                return status
+            segs = None  # the caller did not know every segment: read the records
+        raise MetastoreUnavailable(f"transaction {txn_id}: could not list its segments")
+
+    @_translate
+    def unmaterialized_txns(self, limit: int = 1000) -> list[TxnId]:
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.zrange(self.keys.unmaterialized(p), 0, limit - 1)
+        return [TxnId(p, int(s)) for p, seqs in enumerate(pipe.execute()) for s in seqs]
 
     @_translate
     def expired_txns(self, limit: int = 1000) -> list[TxnId]:
@@ -376,20 +385,35 @@ class RedisMetadataStore:
 
     @_translate
     def open_writes(self, segment: str) -> list[OpenWrite]:
-        """Per partition: pending registrations and the lowest recorded first position."""
+        """Per partition: every pending registration and the lowest recorded first position.
+
+        One command per partition in the common case: '!' (pending) sorts before
+        every hex position, so the first member says whether a second look is needed.
+        """
         k = self.keys
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
-            ow = k.open_writes(p, segment)
-            pipe.zrange(ow, "[!", '("', bylex=True, offset=0, num=16)
-            pipe.zrange(ow, "[0", "+", bylex=True, offset=0, num=1)
-        res = pipe.execute()
+            pipe.zrange(k.open_writes(p, segment), 0, 0)
+        firsts = pipe.execute()
+        members: list[tuple[int, str]] = []
+        pending = [p for p, m in enumerate(firsts) if m and m[0].startswith("!")]
+        for p, m in enumerate(firsts):
+            if m and p not in pending:
+                members.append((p, m[0]))
+        if pending:
+            pipe = self.r.pipeline(transaction=False)
+            for p in pending:
+                ow = k.open_writes(p, segment)
+                pipe.zrange(ow, "[!", '("', bylex=True, offset=0, num=64)
+                pipe.zrange(ow, "[0", "+", bylex=True, offset=0, num=1)
+            res = pipe.execute()
+            for i, p in enumerate(pending):
+                members += [(p, m) for m in res[2 * i] + res[2 * i + 1]]
         out: list[OpenWrite] = []
-        for p in range(self.partitions):
-            for member in res[2 * p] + res[2 * p + 1]:
-                pos, seq, writer = member.split("|")
-                out.append(OpenWrite(TxnId(p, int(seq)), writer,
-                                     None if pos == "!" else Position.decode(pos)))
+        for p, member in members:
+            pos, seq, writer = member.split("|")
+            out.append(OpenWrite(TxnId(p, int(seq)), writer,
+                                 None if pos == "!" else Position.decode(pos)))
         return out
 
     @_translate

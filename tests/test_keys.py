@@ -2,9 +2,8 @@
 
 from importlib import resources
 
-from redis.crc import key_slot
-
 from pulsar_txn.metastore.keys import Keys
+from redis.crc import key_slot
 
 
 def test_all_keys_a_txn_script_touches_share_one_cluster_slot():

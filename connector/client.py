@@ -19,7 +19,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import _pulsar
 import pulsar
@@ -44,6 +43,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_topic
+from pulsar_txn.writer import WriterRun
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +54,6 @@ def quiet_logger() -> pulsar.ConsoleLogger:
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 
 
-@dataclass
-class _WriterRun:
-    """One producer's writes to one segment under one txn (one write record)."""
-
-    producer: Producer
-    first: Position | None = None
-    last: Position | None = None
-    outstanding: int = 0
-    errors: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    done: threading.Condition = field(default_factory=threading.Condition)
-
-
 class Transaction:
     """A v5 transaction. Commit flushes this client's producers, then one CAS."""
 
@@ -74,7 +61,7 @@ class Transaction:
         self._client = client
         self.header = header
         self.id: TxnId = header.txn_id
-        self._runs: dict[tuple[str, str], _WriterRun] = {}
+        self._runs: dict[tuple[str, str], WriterRun] = {}
         self._ack_stores: set[PendingAckStore] = set()
         self._lock = threading.Lock()
         self._state = TxnState.OPEN
@@ -90,15 +77,15 @@ class Transaction:
         if self._state is not TxnState.OPEN:
             raise TxnNotOpen(str(self.id), self._state.value)
 
-    def _run(self, producer: Producer) -> tuple[_WriterRun, bool]:
+    def _run(self, producer: Producer) -> WriterRun:
         key = (producer.segment, producer.writer_id)
         with self._lock:
             self._ensure_open()
             run = self._runs.get(key)
             if run is None:
-                run = self._runs[key] = _WriterRun(producer)
-                return run, True
-            return run, False
+                run = self._runs[key] = WriterRun(self._client.store, self.id, producer.segment,
+                                                  producer.writer_id, producer._p)
+            return run
 
     def _add_ack_store(self, store: PendingAckStore) -> None:
         with self._lock:
@@ -113,10 +100,7 @@ class Transaction:
         self._ensure_open()
         try:
             for run in self._runs.values():
-                run.producer._flush_run(run)
-            bad = [e for run in self._runs.values() for e in run.errors]
-            if bad:
-                raise PulsarTxnError(f"transaction {self.id}: {len(bad)} sends failed: {bad[0]}")
+                run.flush()
         except BaseException:
             self.abort()
             raise
@@ -213,47 +197,21 @@ class Producer:
 
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn: Transaction | None = None, event_time_ms: int | None = None):
-        props = self._props(properties, txn)
-        kw = self._kw(key, event_time_ms)
+        props = _user_props(properties)
+        kw = _send_kw(key, event_time_ms)
         if txn is None:
             return self._p.send(value, properties=props, **kw)
-        run = self._register(txn)
-        msg_id = self._p.send(value, properties=props, **kw)
-        self._recorded(txn, run, Position.of(msg_id))
-        return msg_id
+        return txn._run(self).send(value, props, **kw)
 
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn: Transaction | None = None,
                    event_time_ms: int | None = None) -> None:
-        props = self._props(properties, txn)
-        kw = self._kw(key, event_time_ms)
+        props = _user_props(properties)
+        kw = _send_kw(key, event_time_ms)
         if txn is None:
             self._p.send_async(value, callback or (lambda r, m: None), properties=props, **kw)
-            return
-        run = self._register(txn)
-        if run.first is None:  # the first append's position must be recorded before others
-            msg_id = self._p.send(value, properties=props, **kw)
-            self._recorded(txn, run, Position.of(msg_id))
-            if callback:
-                callback(pulsar.Result.Ok, msg_id)
-            return
-        with run.done:
-            run.outstanding += 1
-
-        def done(res, msg_id) -> None:
-            with run.done:
-                if res == pulsar.Result.Ok:
-                    pos = Position.of(msg_id)
-                    if run.last is None or pos > run.last:
-                        run.last = pos
-                else:
-                    run.errors.append(str(res))
-                run.outstanding -= 1
-                run.done.notify_all()
-            if callback:
-                callback(res, msg_id)
-
-        self._p.send_async(value, done, properties=props, **kw)
+        else:
+            txn._run(self).send_async(value, props, callback, **kw)
 
     def flush(self) -> None:
         self._p.flush()
@@ -261,48 +219,21 @@ class Producer:
     def close(self) -> None:
         self._p.close()
 
-    # ---- internals ----
-    def _props(self, properties: dict | None, txn: Transaction | None) -> dict:
-        props = {str(k): str(v) for k, v in (properties or {}).items()}
-        if PROP_TXN in props or PROP_WRITER in props:
-            raise ConfigError(f"message properties {PROP_TXN!r}/{PROP_WRITER!r} are reserved")
-        if txn is not None:
-            props[PROP_TXN] = str(txn.id)
-            props[PROP_WRITER] = self.writer_id
-        return props
 
-    @staticmethod
-    def _kw(key: str | None, event_time_ms: int | None) -> dict:
-        kw: dict = {}
-        if key is not None:
-            kw["partition_key"] = key
-        if event_time_ms is not None:
-            kw["event_timestamp"] = int(event_time_ms)
-        return kw
+def _user_props(properties: dict | None) -> dict:
+    props = {str(k): str(v) for k, v in (properties or {}).items()}
+    if PROP_TXN in props or PROP_WRITER in props:
+        raise ConfigError(f"message properties {PROP_TXN!r}/{PROP_WRITER!r} are reserved")
+    return props
 
-    def _register(self, txn: Transaction) -> _WriterRun:
-        run, new = txn._run(self)
-        if new:
-            with run.lock:
-                # H1: the write record exists before the first append.
-                self._client.store.register_write(txn.id, self.segment, self.writer_id)
-        return run
 
-    def _recorded(self, txn: Transaction, run: _WriterRun, pos: Position) -> None:
-        with run.lock:
-            if run.first is None:
-                self._client.store.record_write(txn.id, self.segment, self.writer_id, pos, None)
-                run.first = pos
-        with run.done:
-            if run.last is None or pos > run.last:
-                run.last = pos
-
-    def _flush_run(self, run: _WriterRun) -> None:
-        self._p.flush()
-        with run.done:
-            run.done.wait_for(lambda: run.outstanding == 0, timeout=60)
-            if run.outstanding:
-                run.errors.append("sends still outstanding after 60 s")
+def _send_kw(key: str | None, event_time_ms: int | None) -> dict:
+    kw: dict = {}
+    if key is not None:
+        kw["partition_key"] = key
+    if event_time_ms is not None:
+        kw["event_timestamp"] = int(event_time_ms)
+    return kw
 
 
 _BATCH_MAX = 2**31 - 1  # a gate id compares above every batch index of its entry

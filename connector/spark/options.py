@@ -1,0 +1,112 @@
+"""Options of the ``pulsar-txn`` data source, parsed once into frozen dataclasses.
+
+Spark hands options over lower-cased, as strings. Every unknown key is an error
+that names it, and every malformed value names the option and what it expects.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from pulsar_txn.errors import ConfigError
+
+COMMON = {"service.url", "metastore.url", "metastore.namespace", "path"}
+SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault"}
+
+
+def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = opts.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"option {key!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _coerce(value: str):
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
+    """``pulsar.producer.batching_max_messages=500`` → ``{"batching_max_messages": 500}``."""
+    params = set(inspect.signature(target).parameters) - {"self", "topic", "service_url"}
+    out = {}
+    for key, value in opts.items():
+        if key.startswith(prefix):
+            name = key[len(prefix):]
+            if name not in params:
+                raise ConfigError(
+                    f"option {key!r}: {name!r} is not a pulsar-client setting; "
+                    f"known: {', '.join(sorted(params))}")
+            out[name] = _coerce(value)
+    return out
+
+
+def _required(opts: dict[str, str], key: str) -> str:
+    value = opts.get(key)
+    if not value:
+        raise ConfigError(f"option {key!r} is required")
+    return value
+
+
+def _lower(options) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    service_url: str
+    metastore_url: str
+    namespace: str = "ptxn"
+    topic: str | None = None
+    timeout_ms: int = 60_000
+    sink_id: str | None = None
+    producer: dict = field(default_factory=dict)
+    client: dict = field(default_factory=dict)
+    fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
+
+    @classmethod
+    def from_options(cls, options) -> SinkOptions:
+        import pulsar
+
+        opts = _lower(options)
+        unknown = [k for k in opts if k not in SINK and not k.startswith(
+            ("pulsar.producer.", "pulsar.client."))]
+        if unknown:
+            raise ConfigError(f"unknown option(s) for the pulsar-txn sink: {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(SINK))}, pulsar.producer.*, "
+                              "pulsar.client.*")
+        service = _required(opts, "service.url")
+        if not service.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
+                              f"got {service!r}")
+        metastore = _required(opts, "metastore.url")
+        if not metastore.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
+                              f"got {metastore!r}")
+        sink_id = opts.get("sink.id") or None
+        if sink_id is not None and ("|" in sink_id or "\n" in sink_id):
+            raise ConfigError(f"option 'sink.id' must not contain '|' or newlines: {sink_id!r}")
+        return cls(
+            service_url=service, metastore_url=metastore,
+            namespace=opts.get("metastore.namespace") or "ptxn",
+            topic=opts.get("topic") or opts.get("path") or None,
+            timeout_ms=_int(opts, "transaction.timeout.ms", 60_000, minimum=1),
+            sink_id=sink_id,
+            producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
+            client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
+            fault=opts.get("sink.fault", ""),
+        )

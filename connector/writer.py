@@ -1,0 +1,105 @@
+"""A writer-run: one writer's appends to one segment under one transaction.
+
+The write side of the TransactionBuffer role: register before the first append
+(H1, and the H3 fence), append with the txn and writer ids as properties, record
+the first position once. Metadata cost is one registration and one record per
+run, whatever the number of messages. Shared by the client Producer and the
+Spark sink's tasks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pulsar
+from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position, TxnId
+
+
+class WriterRun:
+    def __init__(self, store: MetadataStore, txn_id: TxnId, segment: str, writer: str,
+                 producer) -> None:
+        self.store = store
+        self.txn_id = txn_id
+        self.segment = segment
+        self.writer = writer
+        self._p = producer  # a pulsar.Producer for the segment
+        self.first: Position | None = None
+        self.last: Position | None = None
+        self.sent = 0
+        self.errors: list[str] = []
+        self._registered = False
+        self._outstanding = 0
+        self._lock = threading.Lock()
+        self._done = threading.Condition()
+        self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer}
+
+    def _ensure_registered(self) -> None:
+        if not self._registered:
+            with self._lock:
+                if not self._registered:
+                    self.store.register_write(self.txn_id, self.segment, self.writer)
+                    self._registered = True
+
+    def _props(self, properties: dict | None) -> dict:
+        if not properties:
+            return self._txn_props
+        props = dict(properties)
+        props.update(self._txn_props)
+        return props
+
+    def send(self, value: bytes, properties: dict | None = None, **kw):
+        """Synchronous append; the first one records the run's first position."""
+        self._ensure_registered()
+        msg_id = self._p.send(value, properties=self._props(properties), **kw)
+        self._on_appended(Position.of(msg_id))
+        return msg_id
+
+    def send_async(self, value: bytes, properties: dict | None = None,
+                   callback: Callable | None = None, **kw) -> None:
+        if self.first is None:  # the first append is synchronous: its position pins the gate
+            msg_id = self.send(value, properties, **kw)
+            if callback:
+                callback(pulsar.Result.Ok, msg_id)
+            return
+        with self._done:
+            self._outstanding += 1
+
+        def done(res, msg_id) -> None:
+            with self._done:
+                if res == pulsar.Result.Ok:
+                    pos = Position(msg_id.ledger_id(), msg_id.entry_id())
+                    if self.last is None or pos > self.last:
+                        self.last = pos
+                    self.sent += 1
+                else:
+                    self.errors.append(str(res))
+                self._outstanding -= 1
+                self._done.notify_all()
+            if callback:
+                callback(res, msg_id)
+
+        self._p.send_async(value, done, properties=self._props(properties), **kw)
+
+    def _on_appended(self, pos: Position) -> None:
+        with self._lock:
+            if self.first is None:
+                self.store.record_write(self.txn_id, self.segment, self.writer,
+                                        pos.entry_position, None)
+                self.first = pos.entry_position
+        with self._done:
+            self.sent += 1
+            if self.last is None or pos.entry_position > self.last:
+                self.last = pos.entry_position
+
+    def flush(self, timeout_s: float = 120.0) -> None:
+        """Wait until every append is acknowledged; raise if any failed."""
+        self._p.flush()
+        with self._done:
+            if not self._done.wait_for(lambda: self._outstanding == 0, timeout=timeout_s):
+                self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
+        if self.errors:
+            raise PulsarTxnError(f"transaction {self.txn_id}: {len(self.errors)} appends to "
+                                 f"{self.segment} failed: {self.errors[0]}")

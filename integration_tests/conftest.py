@@ -88,3 +88,20 @@ def plain_pulsar(broker):
     c = pulsar.Client(broker.service_url, logger=quiet_logger())
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real local Spark session (local[2]); the pulsar-txn format is auto-registered."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    s = (SparkSession.builder.master("local[2]").appName("pulsar-txn-tests")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()

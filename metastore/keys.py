@@ -77,6 +77,10 @@ class Keys:
         """Hash owner → txn seq, so a Spark sink finds the txn of (sink id, batchId)."""
         return f"{self.tag(p)}:own"
 
+    # ---- per-sink progress (Spark), its own slot ----
+    def sink(self, sink_id: str) -> str:
+        return f"{{{self.ns}:sink:{sink_id}}}"
+
     # ---- pending-ack slot, one per (segment, subscription) ----
     def ack_claims(self, segment: str, subscription: str) -> str:
         return f"{{{self.ns}:pa:{segment}{SEP}{subscription}}}"

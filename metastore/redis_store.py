@@ -184,7 +184,7 @@ class RedisMetadataStore:
         self._seq_blocks: dict[int, tuple[int, int]] = {}
         self._s = {name: self.r.register_script(_load_lua(name)) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
-            "gc_txn",
+            "gc_txn", "advance_sink",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied")}
 
     def _agree_partitions(self, ns: str, wanted: int | None) -> int:
@@ -471,6 +471,17 @@ class RedisMetadataStore:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         self._s["mark_acks_applied"](keys=[k.header(p, seq), k.acks(p, seq)],
                                      args=[f"{segment}|{subscription}"])
+
+    # ---- Spark sink progress ----
+    @_translate
+    def advance_sink(self, sink_id: str, batch_id: int, txn_id: TxnId) -> int:
+        return int(self._s["advance_sink"](keys=[self.keys.sink(sink_id)],
+                                           args=[batch_id, str(txn_id)]))
+
+    @_translate
+    def sink_last_batch(self, sink_id: str) -> int:
+        raw = self.r.hget(self.keys.sink(sink_id), "batch")
+        return int(raw) if raw is not None else -1
 
     # ---- notification ----
     def watch(self, callback: Callable[[TxnEvent], None]) -> RedisWatch:

@@ -6,12 +6,15 @@ that names it, and every malformed value names the option and what it expects.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from dataclasses import dataclass, field
 
 from pulsar_txn.errors import ConfigError
 
-COMMON = {"service.url", "metastore.url", "metastore.namespace", "path"}
+# Spark's own options reach the source too; accepted and interpreted by Spark.
+SPARK = {"path", "checkpointlocation"}
+COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault"}
 
 
@@ -98,6 +101,10 @@ class SinkOptions:
             raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
                               f"got {metastore!r}")
         sink_id = opts.get("sink.id") or None
+        if sink_id is None and opts.get("checkpointlocation"):
+            # the checkpoint identifies the query across restarts, like Delta's txnAppId
+            digest = hashlib.sha1(opts["checkpointlocation"].rstrip("/").encode()).hexdigest()
+            sink_id = f"ckpt-{digest[:20]}"
         if sink_id is not None and ("|" in sink_id or "\n" in sink_id):
             raise ConfigError(f"option 'sink.id' must not contain '|' or newlines: {sink_id!r}")
         return cls(

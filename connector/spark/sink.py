@@ -1,0 +1,303 @@
+"""The exactly-once sink: each (sink id, batchId) is exactly one transaction.
+
+Tasks (executors) join the batch's transaction through its owner key
+``<sink id>:<batchId>`` (create-or-get in one script), write as their own writer
+(one per task attempt) and report it in their commit message. The driver's
+commit names the winners — only attempts whose messages reached it — in the one
+CAS. A replayed batch that already committed writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+from datetime import timezone
+
+from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError
+from pulsar_txn.records import TxnId
+from pulsar_txn.state import TxnState
+from pyspark.sql.datasource import WriterCommitMessage
+
+from .options import SinkOptions
+
+log = logging.getLogger("pulsar_txn.spark.sink")
+
+ACCEPTED = {"value": ("binary", "string"), "key": ("string", "binary"),
+            "properties": ("map<string,string>",), "eventtime": ("timestamp",),
+            "topic": ("string",)}
+_NAMES = {"value": "value", "key": "key", "properties": "properties", "eventtime": "eventTime",
+          "topic": "topic"}
+
+
+def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
+    """Map each accepted role to the input column; any other column or type is an error."""
+    roles: dict[str, str] = {}
+    for f in schema.fields:
+        role = f.name.lower()
+        if role not in ACCEPTED:
+            raise ConfigError(
+                f"column {f.name!r} is not accepted by the pulsar-txn sink; accepted columns: "
+                f"value (binary|string, required), key, properties, eventTime, topic")
+        type_name = f.dataType.simpleString()
+        if type_name not in ACCEPTED[role]:
+            raise ConfigError(f"column {f.name!r} has type {type_name}; the pulsar-txn sink "
+                              f"expects {' or '.join(ACCEPTED[role])}")
+        roles[role] = f.name
+    if "value" not in roles:
+        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string)")
+    if not opts.topic and "topic" not in roles:
+        raise ConfigError("set option 'topic' or provide a 'topic' column")
+    return roles
+
+
+@dataclass
+class PulsarTxnCommitMessage(WriterCommitMessage):
+    sink_id: str
+    txn_id: str | None
+    writer: str
+    segments: tuple[str, ...]
+    rows: int
+    already_committed: bool = False
+
+
+def _kill_driver(reason: str) -> None:
+    """Test seam: SIGKILL the Spark driver JVM (the Python worker's java ancestor)."""
+    log.warning("fault injection: killing the Spark driver (%s)", reason)
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+        if b"java" in cmd.split(b"\0")[0]:
+            os.kill(pid, signal.SIGKILL)
+            os._exit(137)
+        pid = parent
+    os._exit(137)
+
+
+def _fault(opts: SinkOptions, kind: str, batch_id: int) -> bool:
+    for spec in filter(None, opts.fault.split(",")):
+        name, _, arg = spec.partition(":")
+        if name == kind and arg.split(":")[0] == str(batch_id):
+            return True
+    return False
+
+
+def _fault_arg(opts: SinkOptions, kind: str, batch_id: int) -> str | None:
+    for spec in filter(None, opts.fault.split(",")):
+        parts = spec.split(":")
+        if parts[0] == kind and len(parts) > 2 and parts[1] == str(batch_id):
+            return parts[2]
+    return None
+
+
+def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId, writer: str,
+               store) -> tuple[list[str], int]:
+    """Append every row of the Arrow batches under ``txn_id`` as ``writer``."""
+    import pulsar
+    from pulsar_txn.client import quiet_logger
+    from pulsar_txn.topics import normalize_topic
+    from pulsar_txn.writer import WriterRun
+
+    client_kw = {"logger": quiet_logger(), **opts.client}
+    client = pulsar.Client(opts.service_url, **client_kw)
+    producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
+                   "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
+                   "max_pending_messages": 10_000, **opts.producer}
+    runs: dict[str, WriterRun] = {}
+    rows = 0
+    try:
+        default_topic = normalize_topic(opts.topic) if opts.topic else None
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
+            values = cols["value"]
+            keys = cols.get("key")
+            props = cols.get("properties")
+            times = cols.get("eventtime")
+            topics = cols.get("topic")
+            for i in range(n):
+                v = values[i]
+                if v is None:
+                    raise ConfigError("column 'value' is null in a row; the pulsar-txn sink "
+                                      "needs a value for every row")
+                if isinstance(v, str):
+                    v = v.encode()
+                topic = default_topic or normalize_topic(topics[i])
+                run = runs.get(topic)
+                if run is None:
+                    run = runs[topic] = WriterRun(
+                        store, txn_id, topic, writer, client.create_producer(topic, **producer_kw))
+                kw = {}
+                if keys is not None and keys[i] is not None:
+                    k = keys[i]
+                    kw["partition_key"] = k.decode() if isinstance(k, bytes) else k
+                if times is not None and times[i] is not None:
+                    t = times[i]
+                    if t.tzinfo is None:
+                        t = t.replace(tzinfo=timezone.utc)
+                    kw["event_timestamp"] = int(t.timestamp() * 1000)
+                p = dict(props[i]) if props is not None and props[i] else None
+                run.send_async(v, p, **kw)
+            rows += n
+        for run in runs.values():
+            run.flush()
+        return sorted(runs), rows
+    finally:
+        client.close()
+
+
+class StreamSinkWriter:
+    """Mixin-free core of the streaming writer (the Spark classes delegate here)."""
+
+    def __init__(self, options, schema) -> None:
+        self.opts = SinkOptions.from_options(options)
+        self.roles = check_sink_schema(schema, self.opts)
+
+    # ---- executor ----
+    def write(self, batches) -> PulsarTxnCommitMessage:
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        sink_id = self.opts.sink_id or f"query-{ctx.getLocalProperty('sql.streaming.queryId')}"
+        writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            if store.sink_last_batch(sink_id) >= batch_id:
+                return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True)
+            coord = TransactionCoordinator(store, materialize_inline=True)
+            header = coord.new_transaction(self.opts.timeout_ms, owner=f"{sink_id}:{batch_id}")
+            if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
+                return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True)
+            segments, rows = write_rows(self.opts, self.roles, batches, header.txn_id, writer,
+                                        store)
+            if _fault(self.opts, "fail-first-attempt", batch_id) and ctx.attemptNumber() == 0:
+                raise RuntimeError(f"fault injection: attempt 0 of batch {batch_id} fails after "
+                                   "writing")
+            slow = _fault_arg(self.opts, "slow-partition0", batch_id)
+            if slow and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+                import time
+
+                time.sleep(int(slow) / 1000)
+            return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
+                                          rows)
+        finally:
+            store.close()
+
+    # ---- driver ----
+    def commit(self, messages, batch_id: int) -> None:
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+
+        msgs = [m for m in messages if m is not None]
+        if not msgs:
+            return
+        sink_id = msgs[0].sink_id
+        txns = {m.txn_id for m in msgs if m.txn_id and not m.already_committed}
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            if not txns:  # every task saw the batch as committed: a replay
+                committed = {m.txn_id for m in msgs if m.txn_id}
+                store.advance_sink(sink_id, batch_id, TxnId.parse(committed.pop())
+                                   if committed else TxnId(0, 0))
+                log.info("pulsar-txn sink %s batch %d: already committed, nothing new",
+                         sink_id, batch_id)
+                return
+            if len(txns) != 1 or any(m.already_committed for m in msgs):
+                raise PulsarTxnError(f"sink {sink_id} batch {batch_id}: tasks reported "
+                                     f"different transactions {sorted(txns)}; failing the batch")
+            txn_id = TxnId.parse(txns.pop())
+            if _fault(self.opts, "crash-before-commit", batch_id):
+                _kill_driver(f"before commit of batch {batch_id}")
+            coord = TransactionCoordinator(store, materialize_inline=True)
+            winners = sorted({m.writer for m in msgs})
+            segments = sorted({s for m in msgs for s in m.segments})
+            coord.commit(txn_id, winners, segments)
+            if _fault(self.opts, "crash-after-commit", batch_id):
+                _kill_driver(f"after commit of batch {batch_id}")
+            store.advance_sink(sink_id, batch_id, txn_id)
+            log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
+                     "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
+                     len(winners), len(segments))
+        finally:
+            store.close()
+
+    def abort(self, messages, batch_id: int) -> None:
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+
+        txns = {m.txn_id for m in messages if m is not None and m.txn_id
+                and not m.already_committed}
+        if not txns:
+            return  # tasks that wrote but reported nothing are left to the timeout
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            coord = TransactionCoordinator(store, materialize_inline=True)
+            for t in txns:
+                try:
+                    coord.abort(TxnId.parse(t))
+                except InvalidTxnTransition:
+                    pass  # Spark may call abort after a successful commit: that changes nothing
+        finally:
+            store.close()
+
+
+class BatchSinkWriter(StreamSinkWriter):
+    """``df.write.format("pulsar-txn")``: one transaction for the whole job."""
+
+    def __init__(self, options, schema) -> None:
+        super().__init__(options, schema)
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            owner = f"{self.opts.sink_id or 'batch'}:job-{uuid.uuid4().hex}"
+            self.txn_id = str(TransactionCoordinator(store, materialize_inline=True)
+                              .new_transaction(self.opts.timeout_ms, owner=owner).txn_id)
+            self.sink_id = owner
+        finally:
+            store.close()
+
+    def write(self, batches) -> PulsarTxnCommitMessage:
+        from pulsar_txn.metastore import open_store
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            segments, rows = write_rows(self.opts, self.roles, batches,
+                                        TxnId.parse(self.txn_id), writer, store)
+            return PulsarTxnCommitMessage(self.sink_id, self.txn_id, writer, tuple(segments),
+                                          rows)
+        finally:
+            store.close()
+
+    def commit_job(self, messages) -> None:
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+
+        msgs = [m for m in messages if m is not None]
+        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        try:
+            TransactionCoordinator(store, materialize_inline=True).commit(
+                TxnId.parse(self.txn_id), sorted({m.writer for m in msgs}),
+                sorted({s for m in msgs for s in m.segments}))
+        finally:
+            store.close()
+
+    def abort_job(self, messages) -> None:
+        self.abort([PulsarTxnCommitMessage(self.sink_id, self.txn_id, "", (), 0)], -1)

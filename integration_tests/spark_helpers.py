@@ -63,3 +63,71 @@ class Observer(threading.Thread):
         for m in read_all(self.reader, idle_ms):
             self.seen[m.value] += 1
         return self.seen
+
+
+class SparkCluster:
+    """A real standalone Spark cluster on loopback: one master, workers on distinct hosts.
+
+    Spark launches no speculative task in ``local`` mode and never on a host that
+    already runs an attempt of the task, so the speculation test needs workers on
+    different hosts: 127.0.0.2 and 127.0.0.3 (loopback, this machine only).
+    """
+
+    def __init__(self, workdir: Path, workers: int = 2) -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.workdir = workdir
+        self.workers = workers
+        self.procs: list[subprocess.Popen] = []
+        self.url = ""
+
+    def _spawn(self, name: str, args: list[str], host: str) -> subprocess.Popen:
+        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": host,
+               "PYSPARK_PYTHON": sys.executable}
+        log = open(self.workdir / f"{name}.log", "wb")
+        p = subprocess.Popen([str(self.home / "bin" / "spark-class"), *args], env=env,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def start(self, timeout: float = 90.0) -> SparkCluster:
+        import time
+
+        from pulsar_txn.harness.ports import free_port, wait_tcp
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        master = self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host",
+                                        "127.0.0.1", "--port", str(port), "--webui-port",
+                                        str(free_port())], "127.0.0.1")
+        wait_tcp(port, timeout, master, "spark master")
+        self.url = f"spark://127.0.0.1:{port}"
+        for i in range(self.workers):
+            host = f"127.0.0.{i + 2}"
+            self._spawn(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", "--host", host,
+                                       "--cores", "1", "--memory", "1g", "--webui-port", "0",
+                                       "--work-dir", str(self.workdir / f"w{i}"), self.url],
+                        host)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            logs = [(self.workdir / f"worker{i}.log").read_text(errors="replace")
+                    for i in range(self.workers)]
+            if all("Successfully registered with master" in t for t in logs):
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("spark workers did not register in time")
+
+    def stop(self) -> None:
+        import signal
+
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        self.procs = []

@@ -64,3 +64,25 @@ def test_sink_failed_first_task_attempt_is_invisible(client, broker, redis_serve
     assert _committed(client, topic) == expected
     assert len(raw_entries(plain_pulsar, topic)) > sum(expected.values())  # losers were written
     assert observer.finish() == expected
+
+
+def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, namespace,
+                                                topic_name, plain_pulsar, tmp_path):
+    from spark_helpers import SparkCluster
+
+    topic, expected = topic_name("sink-d"), write_inputs(tmp_path / "in", 2, 40)
+    observer = Observer(client, topic)
+    observer.start()
+    cluster = SparkCluster(tmp_path / "cluster").start()
+    try:
+        done = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
+                       fault="slow-partition0:0:5000", speculation=True, master=cluster.url)
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    attempts = Counter(m.properties()["__ptxn.writer"].split(".")[1]
+                       for m in raw_entries(plain_pulsar, topic))
+    print(f"\nrows appended per attempt number: {dict(attempts)}")
+    assert attempts["a1"] > 0, "no speculative attempt ran: the test proved nothing"
+    assert _committed(client, topic) == expected
+    assert observer.finish() == expected

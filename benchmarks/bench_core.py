@@ -22,6 +22,7 @@ import uuid
 
 import pulsar
 import redis
+
 from pulsar_txn.buffer import TransactionBuffer
 from pulsar_txn.client import PulsarTxnClient, quiet_logger
 from pulsar_txn.coordinator import TransactionCoordinator

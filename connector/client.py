@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import _pulsar
 import pulsar
+
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.errors import (

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 import pulsar
+
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position, TxnId

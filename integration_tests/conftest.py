@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.harness.services import BROKERS, start_broker
 
@@ -83,6 +84,7 @@ def client(make_client):
 def plain_pulsar(broker):
     """A plain pulsar-client, as a user of the topics without this layer would have."""
     import pulsar
+
     from pulsar_txn.client import quiet_logger
 
     c = pulsar.Client(broker.service_url, logger=quiet_logger())

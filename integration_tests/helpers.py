@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import redis
+
 from pulsar_txn.client import Reader, read_all
 
 

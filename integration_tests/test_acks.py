@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from pulsar_txn.client import read_all
 from pulsar_txn.errors import AckConflict, ReadTimeout
 

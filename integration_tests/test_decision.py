@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from helpers import raw_entries, values
+
 from pulsar_txn.errors import InvalidTxnId, InvalidTxnTransition, TxnNotFound
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId
 from pulsar_txn.state import TxnState

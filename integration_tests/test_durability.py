@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helpers import values
+
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.state import TxnState
 

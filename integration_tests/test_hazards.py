@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import raw_entries, values
+
 from pulsar_txn.client import Transaction
 from pulsar_txn.errors import ReadTimeout, TxnNotOpen
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position

@@ -6,6 +6,7 @@ import threading
 import time
 
 from helpers import CommandCounter, values
+
 from pulsar_txn.state import TxnState
 
 
@@ -32,6 +33,7 @@ def test_commit_after_deadline_is_refused_atomically(make_client, topic_name):
     p.send(b"x", txn=txn)
     time.sleep(0.35)
     import pytest
+
     from pulsar_txn.errors import TxnTimedOut
 
     with pytest.raises(TxnTimedOut):

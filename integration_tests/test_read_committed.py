@@ -6,6 +6,7 @@ import random
 import threading
 
 from helpers import values
+
 from pulsar_txn.client import read_all
 
 

@@ -16,6 +16,9 @@ from importlib import resources
 from urllib.parse import parse_qs, urlparse
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
 from pulsar_txn.errors import (
     AckConflict,
     ConfigError,
@@ -35,8 +38,6 @@ from pulsar_txn.records import (
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from .keys import Keys
 

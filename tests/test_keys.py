@@ -2,8 +2,9 @@
 
 from importlib import resources
 
-from pulsar_txn.metastore.keys import Keys
 from redis.crc import key_slot
+
+from pulsar_txn.metastore.keys import Keys
 
 
 def test_all_keys_a_txn_script_touches_share_one_cluster_slot():

@@ -1,6 +1,7 @@
 """The state machine table: legal moves, idempotent repeats, refused moves."""
 
 import pytest
+
 from pulsar_txn.errors import InvalidTxnTransition
 from pulsar_txn.state import ALLOWED, TxnState, check_transition
 

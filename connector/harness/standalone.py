@@ -128,6 +128,7 @@ class PulsarStandalone:
     def _wait_ready(self, timeout: float) -> None:
         """Ready = a real client can produce and read back on public/default."""
         import pulsar
+
         from pulsar_txn.client import quiet_logger
 
         deadline = time.monotonic() + timeout

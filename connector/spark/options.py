@@ -15,7 +15,7 @@ from pulsar_txn.errors import ConfigError
 # Spark's own options reach the source too; accepted and interpreted by Spark.
 SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
-SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault"}
+SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
 
 
 def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -29,6 +29,15 @@ def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) 
     if value < minimum:
         raise ConfigError(f"option {key!r} must be >= {minimum}, got {value}")
     return value
+
+
+def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+    return raw.lower() == "true"
 
 
 def _coerce(value: str):
@@ -79,6 +88,7 @@ class SinkOptions:
     sink_id: str | None = None
     producer: dict = field(default_factory=dict)
     client: dict = field(default_factory=dict)
+    transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
     fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
 
     @classmethod
@@ -116,4 +126,5 @@ class SinkOptions:
             producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             fault=opts.get("sink.fault", ""),
+            transactional=_bool(opts, "transactional", True),
         )

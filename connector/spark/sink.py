@@ -16,10 +16,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import timezone
 
+import pulsar
+from pyspark.sql.datasource import WriterCommitMessage
+
 from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError
 from pulsar_txn.records import TxnId
 from pulsar_txn.state import TxnState
-from pyspark.sql.datasource import WriterCommitMessage
 
 from .options import SinkOptions
 
@@ -98,10 +100,31 @@ def _fault_arg(opts: SinkOptions, kind: str, batch_id: int) -> str | None:
     return None
 
 
-def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId, writer: str,
-               store) -> tuple[list[str], int]:
-    """Append every row of the Arrow batches under ``txn_id`` as ``writer``."""
+class _PlainRun:
+    """transactional=false: the same appends without a transaction (at-least-once)."""
+
+    def __init__(self, producer) -> None:
+        self._p = producer
+        self.errors: list[str] = []
+
+    def send_async(self, value, properties=None, **kw) -> None:
+        def done(res, _msg_id) -> None:
+            if res != pulsar.Result.Ok:
+                self.errors.append(str(res))
+
+        self._p.send_async(value, done, properties=properties or {}, **kw)
+
+    def flush(self) -> None:
+        self._p.flush()
+        if self.errors:
+            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+
+
+def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
+               writer: str, store) -> tuple[list[str], int]:
+    """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
     import pulsar
+
     from pulsar_txn.client import quiet_logger
     from pulsar_txn.topics import normalize_topic
     from pulsar_txn.writer import WriterRun
@@ -135,8 +158,9 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId,
                 topic = default_topic or normalize_topic(topics[i])
                 run = runs.get(topic)
                 if run is None:
-                    run = runs[topic] = WriterRun(
-                        store, txn_id, topic, writer, client.create_producer(topic, **producer_kw))
+                    producer = client.create_producer(topic, **producer_kw)
+                    run = runs[topic] = (_PlainRun(producer) if txn_id is None else
+                                         WriterRun(store, txn_id, topic, writer, producer))
                 kw = {}
                 if keys is not None and keys[i] is not None:
                     k = keys[i]
@@ -165,11 +189,15 @@ class StreamSinkWriter:
 
     # ---- executor ----
     def write(self, batches) -> PulsarTxnCommitMessage:
-        from pulsar_txn.coordinator import TransactionCoordinator
-        from pulsar_txn.metastore import open_store
         from pyspark import TaskContext
 
+        from pulsar_txn.coordinator import TransactionCoordinator
+        from pulsar_txn.metastore import open_store
+
         ctx = TaskContext.get()
+        if not self.opts.transactional:
+            segments, rows = write_rows(self.opts, self.roles, batches, None, "", None)
+            return PulsarTxnCommitMessage("", None, "", tuple(segments), rows)
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         sink_id = self.opts.sink_id or f"query-{ctx.getLocalProperty('sql.streaming.queryId')}"
         writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
@@ -202,7 +230,7 @@ class StreamSinkWriter:
         from pulsar_txn.metastore import open_store
 
         msgs = [m for m in messages if m is not None]
-        if not msgs:
+        if not msgs or not self.opts.transactional:
             return
         sink_id = msgs[0].sink_id
         txns = {m.txn_id for m in msgs if m.txn_id and not m.already_committed}
@@ -272,8 +300,9 @@ class BatchSinkWriter(StreamSinkWriter):
             store.close()
 
     def write(self, batches) -> PulsarTxnCommitMessage:
-        from pulsar_txn.metastore import open_store
         from pyspark import TaskContext
+
+        from pulsar_txn.metastore import open_store
 
         ctx = TaskContext.get()
         writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"

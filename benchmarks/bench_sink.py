@@ -1,0 +1,104 @@
+"""Sink throughput: the same streaming job into pulsar-txn with transactions on and off.
+
+    python benchmarks/bench_sink.py [--rows 1000000] [--files 10]   (PULSAR_TXN_BROKER)
+
+Input: JSON files read with maxFilesPerTrigger=1 and a 1 s processing-time
+trigger. The baseline is the same sink with ``transactional=false`` (plain
+appends, same producer settings), run in the same Spark session. Prints rows/s
+of each, their ratio, and metastore writes per batch. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from pulsar_txn.harness import Services
+
+
+def metastore_writes(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items()
+               if k in ("cmdstat_evalsha", "cmdstat_incrby", "cmdstat_hset", "cmdstat_del"))
+
+
+def run(spark, services, inputs: Path, rows: int, transactional: bool, ns: str) -> dict:
+    from pyspark.sql import functions as F
+
+    ckpt = tempfile.mkdtemp(prefix="ckpt-")
+    topic = f"persistent://public/default/bench-sink-{uuid.uuid4().hex[:8]}"
+    r = redis.Redis.from_url(services.metastore_url)
+    before = metastore_writes(r)
+    src = (spark.readStream.schema("id long, payload string").option("maxFilesPerTrigger", 1)
+           .json(str(inputs)))
+    q = (src.select(F.col("id").cast("string").alias("key"), F.col("payload").alias("value"))
+         .writeStream.format("pulsar-txn").option("service.url", services.service_url)
+         .option("metastore.url", services.metastore_url).option("metastore.namespace", ns)
+         .option("topic", topic).option("transactional", str(transactional).lower())
+         .option("checkpointLocation", ckpt).trigger(processingTime="1 second").start())
+    t0 = time.perf_counter()
+    done = 0
+    while done < rows:
+        time.sleep(0.2)
+        done = sum(p["numInputRows"] for p in q.recentProgress)
+        if q.exception():
+            raise q.exception()
+    wall = time.perf_counter() - t0
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    q.stop()
+    add_batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in progress)
+    writes = metastore_writes(r) - before
+    return {"transactional": transactional, "rows": done, "batches": len(progress),
+            "wall_s": wall, "rows_per_s_wall": done / wall,
+            "rows_per_s_addBatch": done / (add_batch_ms / 1000),
+            "metastore_writes_per_batch": writes / max(1, len(progress))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--files", type=int, default=10)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    inputs = Path(tempfile.mkdtemp(prefix="sink-in-"))
+    per = args.rows // args.files
+    for f in range(args.files):
+        with open(inputs / f"part-{f:03d}.json", "w") as out:
+            for i in range(f * per, (f + 1) * per):
+                out.write(f'{{"id": {i}, "payload": "payload-{i:012d}-xxxxxxxxxxxxxxxx"}}\n')
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python "
+                          f"{platform.python_version()}"}
+    with Services() as services:
+        results["broker"] = services.kind
+        ns = f"b{uuid.uuid4().hex[:8]}"
+        run(spark, services, inputs, per, True, ns)  # warm-up (JIT, workers, scripts)
+        plain = run(spark, services, inputs, args.rows, False, ns)
+        txn = run(spark, services, inputs, args.rows, True, ns)
+        results.update(plain=plain, txn=txn,
+                       ratio_wall=txn["rows_per_s_wall"] / plain["rows_per_s_wall"],
+                       ratio_addBatch=txn["rows_per_s_addBatch"] / plain["rows_per_s_addBatch"],
+                       target=">= 0.95")
+    spark.stop()
+    print(json.dumps(results, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -243,21 +243,22 @@ def main() -> None:
                           f"{platform.python_version()}"}
     with Services() as s:
         results["broker"] = s.kind
-        if "fanout" in only:
-            results["commit_fanout"] = bench_commit_fanout(s.metastore_url, 50 if q else 300)
-            print(json.dumps(results["commit_fanout"]))
-        if "visible" in only:
-            results["commit_to_visible"] = bench_visibility(s, 30 if q else 200)
-            print(json.dumps(results["commit_to_visible"]))
-        if "gate" in only:
-            results["gate"] = bench_gate(s.metastore_url, 10_000 if q else 100_000)
-            print(json.dumps(results["gate"]))
-        if "reader" in only:
-            results["reader_throughput"] = bench_reader(s, 20_000 if q else 200_000)
-            print(json.dumps(results["reader_throughput"]))
-        if "cold" in only:
-            results["cold_start"] = bench_cold_start(s.metastore_url, 100_000 if q else 1_000_000)
-            print(json.dumps(results["cold_start"]))
+        plan = {  # name -> (result key, run(quick))
+            "fanout": ("commit_fanout",
+                       lambda quick: bench_commit_fanout(s.metastore_url, 50 if quick else 300)),
+            "visible": ("commit_to_visible",
+                        lambda quick: bench_visibility(s, 30 if quick else 200)),
+            "gate": ("gate", lambda quick: bench_gate(s.metastore_url,
+                                                      10_000 if quick else 100_000)),
+            "reader": ("reader_throughput",
+                       lambda quick: bench_reader(s, 20_000 if quick else 200_000)),
+            "cold": ("cold_start", lambda quick: bench_cold_start(
+                s.metastore_url, 100_000 if quick else 1_000_000)),
+        }
+        for name, (key, bench) in plan.items():
+            if name in only:
+                results[key] = bench(q)
+                print(json.dumps(results[key]), flush=True)
     print(json.dumps(results, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -28,7 +28,6 @@ class WriterRun:
         self.writer = writer
         self._p = producer  # a pulsar.Producer for the segment
         self.first: Position | None = None
-        self.last: Position | None = None
         self.sent = 0
         self.errors: list[str] = []
         self._registered = False
@@ -67,22 +66,26 @@ class WriterRun:
             return
         with self._done:
             self._outstanding += 1
+        self._p.send_async(value, self._acked if callback is None else self._chained(callback),
+                           properties=self._props(properties), **kw)
 
-        def done(res, msg_id) -> None:
-            with self._done:
-                if res == pulsar.Result.Ok:
-                    pos = Position(msg_id.ledger_id(), msg_id.entry_id())
-                    if self.last is None or pos > self.last:
-                        self.last = pos
-                    self.sent += 1
-                else:
-                    self.errors.append(str(res))
-                self._outstanding -= 1
+    def _acked(self, res, _msg_id) -> None:
+        """Per-message callback: kept minimal, it runs once per append."""
+        with self._done:
+            if res != pulsar.Result.Ok:
+                self.errors.append(str(res))
+            else:
+                self.sent += 1
+            self._outstanding -= 1
+            if self._outstanding == 0:
                 self._done.notify_all()
-            if callback:
-                callback(res, msg_id)
 
-        self._p.send_async(value, done, properties=self._props(properties), **kw)
+    def _chained(self, callback: Callable):
+        def done(res, msg_id) -> None:
+            self._acked(res, msg_id)
+            callback(res, msg_id)
+
+        return done
 
     def _on_appended(self, pos: Position) -> None:
         with self._lock:
@@ -92,8 +95,6 @@ class WriterRun:
                 self.first = pos.entry_position
         with self._done:
             self.sent += 1
-            if self.last is None or pos.entry_position > self.last:
-                self.last = pos.entry_position
 
     def flush(self, timeout_s: float = 120.0) -> None:
         """Wait until every append is acknowledged; raise if any failed."""

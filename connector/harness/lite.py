@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from .ports import free_port, wait_tcp
+from .ports import free_port, stop_process, wait_tcp
 
 
 class PulsarLite:
@@ -38,13 +38,7 @@ class PulsarLite:
         wait_tcp(self.port, timeout, self.proc, "pulsar-lite")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None
 
     def terminate_topic(self, topic: str) -> bool:

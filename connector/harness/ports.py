@@ -1,8 +1,9 @@
-"""Free loopback ports and readiness probes."""
+"""Free loopback ports, readiness probes and stopping child processes."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 
 
@@ -23,3 +24,15 @@ def wait_tcp(port: int, timeout: float, proc=None, what: str = "server") -> None
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; a no-op for a process already gone."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .ports import free_port, wait_tcp
+from .ports import free_port, stop_process, wait_tcp
 
 
 def server_binary() -> str:
@@ -74,11 +74,5 @@ class RedisServer:
         self.start()
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self.proc = None

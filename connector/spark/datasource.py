@@ -39,12 +39,65 @@ from __future__ import annotations
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .sink import BatchSinkWriter, PulsarTxnCommitMessage, StreamSinkWriter
+from .source import (
+    SCHEMA,
+    BatchSource,
+    SegmentPartition,
+    StreamSource,
+    plan_partitions,
+    read_partition,
+)
 
-__all__ = ["PulsarTxnCommitMessage", "PulsarTxnDataSource"]
+__all__ = ["PulsarTxnCommitMessage", "PulsarTxnDataSource", "SegmentPartition"]
+
+
+class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """READ_COMMITTED micro-batch reader; offsets are per-segment positions (JSON)."""
+
+    def __init__(self, options) -> None:
+        self._core = StreamSource(options)
+
+    def initialOffset(self) -> dict:
+        return self._core.initial_offset()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        return self._core.latest_offset(start, limit)
+
+    def getDefaultReadLimit(self):
+        return self._core.default_read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._core.prepare_available_now()
+
+    def partitions(self, start: dict, end: dict):
+        return plan_partitions(start, end)
+
+    def read(self, partition):
+        return read_partition(self._core.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # positions live in Spark's checkpoint; nothing to release in Pulsar
+
+    def stop(self) -> None:
+        self._core.stop()
+
+
+class PulsarTxnBatchReader(DataSourceReader):
+    def __init__(self, options) -> None:
+        self._core = BatchSource(options)
+
+    def partitions(self):
+        return self._core.partitions()
+
+    def read(self, partition):
+        return read_partition(self._core.opts, partition)
 
 
 class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
@@ -81,9 +134,13 @@ class PulsarTxnDataSource(DataSource):
         return "pulsar-txn"
 
     def schema(self) -> str:
-        return ("key string, value binary, topic string, segment string, messageId string, "
-                "publishTime timestamp, eventTime timestamp, properties map<string,string>, "
-                "txnId string")
+        return SCHEMA
+
+    def streamReader(self, schema):
+        return PulsarTxnStreamReader(self.options)
+
+    def reader(self, schema):
+        return PulsarTxnBatchReader(self.options)
 
     def streamWriter(self, schema, overwrite: bool):
         return PulsarTxnStreamWriter(self.options, schema)

@@ -16,6 +16,8 @@ from pulsar_txn.errors import ConfigError
 SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
+SOURCE = COMMON | {"topic", "topics", "startingoffsets", "endingoffsets", "maxrecordspertrigger",
+                   "minrecordspertrigger", "maxtriggerdelay"}
 
 
 def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -127,4 +129,106 @@ class SinkOptions:
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             fault=opts.get("sink.fault", ""),
             transactional=_bool(opts, "transactional", True),
+        )
+
+
+def _position(raw: str, key: str) -> tuple[int, int, int]:
+    parts = str(raw).split(":")
+    try:
+        vals = [int(x) for x in parts]
+    except ValueError:
+        vals = []
+    if len(vals) not in (2, 3):
+        raise ConfigError(f"option {key!r}: position {raw!r} must be 'ledgerId:entryId[:batch]'")
+    return (vals[0], vals[1], vals[2] if len(vals) == 3 else -1)
+
+
+def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, int]] | None:
+    """'earliest' | 'latest' | JSON {"topic": "ledgerId:entryId[:batch]"} (last entry read)."""
+    import json
+
+    raw = opts.get(key)
+    if raw is None or raw == "":
+        return None
+    if raw.lower() in ("earliest", "latest"):
+        return raw.lower()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"option {key!r} must be 'earliest', 'latest' or JSON "
+                          f'{{"<topic>": "<ledgerId>:<entryId>"}}, got {raw!r}') from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"option {key!r}: JSON must be an object of topic -> position")
+    from pulsar_txn.topics import normalize_topic
+
+    return {normalize_topic(t): _position(v, key) for t, v in parsed.items()}
+
+
+def _duration_ms(opts: dict[str, str], key: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None or raw == "":
+        return None
+    units = {"ms": 1, "s": 1000, "m": 60_000}
+    for suffix in ("ms", "s", "m"):
+        if raw.endswith(suffix) and raw[: -len(suffix)].strip().isdigit():
+            return int(raw[: -len(suffix)]) * units[suffix]
+    if raw.isdigit():
+        return int(raw)
+    raise ConfigError(f"option {key!r} must be a duration like '500ms', '5s' or '1m', got {raw!r}")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    service_url: str
+    metastore_url: str
+    namespace: str
+    topics: tuple[str, ...]
+    starting: str | dict = "latest"
+    ending: str | dict | None = None
+    max_records: int | None = None
+    min_records: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    client: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options, batch: bool = False) -> SourceOptions:
+        import pulsar
+
+        from pulsar_txn.topics import normalize_topic
+
+        opts = _lower(options)
+        unknown = [k for k in opts if k not in SOURCE and not k.startswith("pulsar.client.")]
+        if unknown:
+            raise ConfigError(f"unknown option(s) for the pulsar-txn source: "
+                              f"{', '.join(unknown)}; known: {', '.join(sorted(SOURCE))}, "
+                              "pulsar.client.*")
+        service = _required(opts, "service.url")
+        if not service.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
+                              f"got {service!r}")
+        metastore = _required(opts, "metastore.url")
+        given = [k for k in ("topic", "topics", "path") if opts.get(k)]
+        if len(given) != 1:
+            raise ConfigError("set exactly one of the options 'topic' or 'topics' "
+                              f"(got {given or 'none'})")
+        raw_topics = opts[given[0]].split(",") if given[0] == "topics" else [opts[given[0]]]
+        topics = tuple(sorted({normalize_topic(t.strip()) for t in raw_topics if t.strip()}))
+        starting = _offsets(opts, "startingoffsets") or ("earliest" if batch else "latest")
+        ending = _offsets(opts, "endingoffsets")
+        if not batch and ending is not None:
+            raise ConfigError("option 'endingOffsets' applies to batch queries only")
+        if ending == "earliest":
+            raise ConfigError("option 'endingOffsets' cannot be 'earliest'")
+        for offs, key in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+            if isinstance(offs, dict) and set(offs) - set(topics):
+                raise ConfigError(f"option {key!r} names topics that are not read: "
+                                  f"{sorted(set(offs) - set(topics))}")
+        return cls(
+            service_url=service, metastore_url=metastore,
+            namespace=opts.get("metastore.namespace") or "ptxn", topics=topics,
+            starting=starting, ending=ending,
+            max_records=_int(opts, "maxrecordspertrigger", None, minimum=1),
+            min_records=_int(opts, "minrecordspertrigger", None, minimum=1),
+            max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay") or 15 * 60_000,
+            client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
         )

@@ -1,0 +1,156 @@
+"""The READ_COMMITTED source on real Spark, Redis and Pulsar (invariants 1-3)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def _reader(spark, broker, redis_server, namespace, stream=True, **opts):
+    r = spark.readStream if stream else spark.read
+    r = (r.format("pulsar-txn").option("service.url", broker.service_url)
+         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace))
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _mixed_history(client, topic):
+    p1, p2 = client.create_producer(topic), client.create_producer(topic)
+    p1.send(b"plain-0")
+    ok = client.new_transaction()
+    p1.send(b"c-1", txn=ok)
+    p2.send(b"c-2", txn=ok)
+    ok.commit()
+    bad = client.new_transaction()
+    p1.send(b"a-1", txn=bad)
+    bad.abort()
+    losing = client.new_transaction()
+    p1.send(b"win", txn=losing)
+    p2.send(b"lose", txn=losing)
+    client.coordinator.commit(losing.id, winners=[p1.writer_id])
+    p2.send(b"plain-1")
+    return [b"plain-0", b"c-1", b"c-2", b"win", b"plain-1"]
+
+
+def test_source_never_returns_uncommitted_aborted_or_losing_rows(
+        spark, client, broker, redis_server, namespace, topic_name):
+    topic = topic_name("src")
+    committed: Counter = Counter()
+    stop = threading.Event()
+
+    def writers(seed: int):
+        rnd = random.Random(seed)
+        p, zombie = client.create_producer(topic), client.create_producer(topic)
+        n = 0
+        while not stop.is_set():
+            txn = client.new_transaction()
+            batch = [f"s{seed}-{n}-{i}".encode() for i in range(rnd.randint(1, 5))]
+            for v in batch:
+                p.send(v, txn=txn)
+            if rnd.random() < 0.3:  # a losing writer in a committed txn
+                zombie.send(b"LOSER", txn=txn)
+            if rnd.random() < 0.5:
+                client.coordinator.commit(txn.id, winners=[p.writer_id])
+                committed.update(batch)
+            else:
+                txn.abort()
+            n += 1
+
+    threads = [threading.Thread(target=writers, args=(s,)) for s in range(2)]
+    df = _reader(spark, broker, redis_server, namespace, topic=topic,
+                 startingOffsets="earliest")
+    q = (df.selectExpr("value", "txnId").writeStream.format("memory")
+         .queryName(f"src_{namespace}").trigger(processingTime="300 milliseconds").start())
+    for t in threads:
+        t.start()
+    time.sleep(6)
+    stop.set()
+    for t in threads:
+        t.join()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = spark.sql(f"select value from src_{namespace}").collect()
+        if Counter(bytes(r.value) for r in rows) == committed:
+            break
+        time.sleep(0.5)
+    q.stop()
+    got = Counter(bytes(r.value) for r in spark.sql(f"select value from src_{namespace}")
+                  .collect())
+    assert b"LOSER" not in got
+    assert got == committed and sum(committed.values()) > 0
+
+
+def test_source_replay_after_header_gc_is_identical(spark, client, broker, redis_server,
+                                                    namespace, topic_name):
+    topic = topic_name("replay")
+    expected = _mixed_history(client, topic)
+    client.create_producer(topic).send(b"after-the-range")
+    first = (_reader(spark, broker, redis_server, namespace, stream=False, topic=topic)
+             .orderBy("messageId").collect())
+    end = first[4].messageId  # the range ends at plain-1
+    rng = {"topic": topic, "endingOffsets": json.dumps({topic: end})}
+    before = _reader(spark, broker, redis_server, namespace, stream=False, **rng).collect()
+    assert client.coordinator.sweep_gc(retention_ms=0) == 3
+    after = _reader(spark, broker, redis_server, namespace, stream=False, **rng).collect()
+    assert [bytes(r.value) for r in before] == expected
+    assert [tuple(r) for r in after] == [tuple(r) for r in before]
+
+
+def test_source_max_records_per_trigger_is_respected(spark, client, broker, redis_server,
+                                                     namespace, topic_name):
+    topic = topic_name("admit")
+    p = client.create_producer(topic)
+    with client.transaction() as txn:
+        for i in range(35):
+            p.send(b"m%d" % i, txn=txn)
+    df = _reader(spark, broker, redis_server, namespace, topic=topic,
+                 startingOffsets="earliest", maxRecordsPerTrigger="10")
+    q = (df.writeStream.format("memory").queryName(f"adm_{namespace}")
+         .trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    sizes = [pr["numInputRows"] for pr in q.recentProgress if pr["numInputRows"]]
+    assert sizes == [10, 10, 10, 5]
+    assert spark.sql(f"select count(*) c from adm_{namespace}").first().c == 35
+
+
+def test_source_starting_offsets_latest_and_json(spark, client, broker, redis_server,
+                                                 namespace, topic_name):
+    topic = topic_name("start")
+    p = client.create_producer(topic)
+    for i in range(3):
+        p.send(b"old%d" % i)
+    rows = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic).collect()
+    second = sorted(rows, key=lambda r: r.messageId)[1].messageId
+    from_json = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                        startingOffsets=json.dumps({topic: second})).collect()
+    assert [bytes(r.value) for r in from_json] == [b"old2"]
+    df = _reader(spark, broker, redis_server, namespace, topic=topic, startingOffsets="latest")
+    q = df.writeStream.format("memory").queryName(f"lat_{namespace}").start()
+    q.processAllAvailable()
+    p.send(b"new")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not spark.sql(f"select * from lat_{namespace}").count():
+        time.sleep(0.3)
+    q.stop()
+    assert [bytes(r.value) for r in spark.sql(f"select value from lat_{namespace}").collect()
+            ] == [b"new"]
+
+
+def test_source_rejects_bad_options_naming_them(spark, broker, redis_server, namespace):
+    with pytest.raises(Exception, match="unknown option.*colour"):
+        _reader(spark, broker, redis_server, namespace, stream=False, topic="t",
+                colour="red").collect()
+    with pytest.raises(Exception, match="'maxRecordsPerTrigger'|maxrecordspertrigger"):
+        _reader(spark, broker, redis_server, namespace, topic="t",
+                maxRecordsPerTrigger="lots").writeStream.format("memory").queryName(
+                    f"bad_{namespace}").start().awaitTermination(30)
+    with pytest.raises(Exception, match="exactly one of the options 'topic' or 'topics'"):
+        _reader(spark, broker, redis_server, namespace, stream=False).collect()

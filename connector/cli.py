@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("abort", help="abort an OPEN transaction by id").add_argument("txn")
     sub.add_parser("find", help="the transaction of an owner (e.g. '<sink>:<batchId>')"
                    ).add_argument("owner")
+    bt = sub.add_parser("batch", help="the transaction of a Spark sink's batch")
+    bt.add_argument("sink", help="the sink.id, or the query's checkpoint location")
+    bt.add_argument("batch_id", type=int)
     sw = sub.add_parser("sweep", help="abort expired txns and collect old finalized ones")
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
     args = ap.parse_args(argv)
@@ -91,6 +94,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"no transaction recorded for owner {args.owner!r}", file=sys.stderr)
                 return 1
             _print([_header_dict(coord.get(t), now)], args.json)
+        elif args.cmd == "batch":
+            sink = args.sink
+            if "/" in sink or sink.startswith("file:"):
+                from pulsar_txn.spark.options import sink_id_for_checkpoint
+
+                sink = sink_id_for_checkpoint(os.path.abspath(sink) if "://" not in sink
+                                              and not sink.startswith("file:") else sink)
+            t = store.find_owner(f"{sink}:{args.batch_id}")
+            if t is None:
+                last = store.sink_last_batch(sink)
+                print(f"no transaction recorded for batch {args.batch_id} of sink {sink!r} "
+                      f"(collected, or never written); last committed batch: {last}",
+                      file=sys.stderr)
+                return 1
+            row = _header_dict(coord.get(t), now)
+            row["sink"], row["batch"] = sink, args.batch_id
+            _print([row], args.json)
         elif args.cmd == "sweep":
             t0 = time.monotonic()
             aborted = coord.sweep_timeouts()

@@ -62,6 +62,12 @@ def test_sink_failed_first_task_attempt_is_invisible(client, broker, redis_serve
                    fault="fail-first-attempt:1", master="local[2,2]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert _committed(client, topic) == expected
+    # progress: one log line per batch, and the batch's txn found from its checkpoint
+    assert "batch 1: committed v5:" in done.stderr
+    from pulsar_txn.cli import main
+
+    assert main(["--metastore", redis_server.url, "--namespace", namespace, "--json", "batch",
+                 str(tmp_path / "ck"), "1"]) == 0
     assert len(raw_entries(plain_pulsar, topic)) > sum(expected.values())  # losers were written
     assert observer.finish() == expected
 

@@ -20,6 +20,14 @@ SOURCE = COMMON | {"topic", "topics", "startingoffsets", "endingoffsets", "maxre
                    "minrecordspertrigger", "maxtriggerdelay"}
 
 
+def sink_id_for_checkpoint(location: str) -> str:
+    """The default sink id: the checkpoint identifies the query across restarts
+    (like Delta's txnAppId). ``file:`` URLs and plain paths give the same id."""
+    path = location[len("file:"):] if location.startswith("file:") else location
+    digest = hashlib.sha1(path.rstrip("/").encode()).hexdigest()
+    return f"ckpt-{digest[:20]}"
+
+
 def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
     raw = opts.get(key)
     if raw is None or raw == "":
@@ -114,9 +122,7 @@ class SinkOptions:
                               f"got {metastore!r}")
         sink_id = opts.get("sink.id") or None
         if sink_id is None and opts.get("checkpointlocation"):
-            # the checkpoint identifies the query across restarts, like Delta's txnAppId
-            digest = hashlib.sha1(opts["checkpointlocation"].rstrip("/").encode()).hexdigest()
-            sink_id = f"ckpt-{digest[:20]}"
+            sink_id = sink_id_for_checkpoint(opts["checkpointlocation"])
         if sink_id is not None and ("|" in sink_id or "\n" in sink_id):
             raise ConfigError(f"option 'sink.id' must not contain '|' or newlines: {sink_id!r}")
         return cls(

@@ -26,6 +26,11 @@ from pulsar_txn.state import TxnState
 from .options import SinkOptions
 
 log = logging.getLogger("pulsar_txn.spark.sink")
+if not log.handlers:  # Spark keeps a Python worker's stderr in the driver/executor log
+    _h = logging.StreamHandler()
+    _h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(_h)
+    log.setLevel(logging.INFO)
 
 ACCEPTED = {"value": ("binary", "string"), "key": ("string", "binary"),
             "properties": ("map<string,string>",), "eventtime": ("timestamp",),

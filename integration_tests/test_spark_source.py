@@ -154,3 +154,40 @@ def test_source_rejects_bad_options_naming_them(spark, broker, redis_server, nam
                     f"bad_{namespace}").start().awaitTermination(30)
     with pytest.raises(Exception, match="exactly one of the options 'topic' or 'topics'"):
         _reader(spark, broker, redis_server, namespace, stream=False).collect()
+
+
+def test_source_starting_timestamp(spark, client, broker, redis_server, namespace,
+                                   topic_name):
+    topic = topic_name("ts")
+    p = client.create_producer(topic)
+    for i in range(3):
+        p.send(b"before%d" % i)
+    time.sleep(0.05)
+    ts = int(time.time() * 1000)
+    time.sleep(0.05)
+    with client.transaction() as txn:
+        p.send(b"after0", txn=txn)
+    p.send(b"after1")
+    rows = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                   startingTimestamp=str(ts)).collect()
+    assert sorted(bytes(r.value) for r in rows) == [b"after0", b"after1"]
+
+
+def test_source_fail_on_data_loss_true_fails_false_skips(spark, client, broker, redis_server,
+                                                         namespace, topic_name):
+    topic = topic_name("loss")
+    p = client.create_producer(topic)
+    for i in range(3):
+        p.send(b"m%d" % i)
+    rows = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic).collect()
+    end = max(r.messageId for r in rows)
+    p.close()
+    if not broker.delete_topic(topic):
+        pytest.skip(f"the {broker.kind} broker cannot delete a topic's data")
+    planned = {"topic": topic, "endingOffsets": json.dumps({topic: end}),
+               "dataTimeoutMs": "2000"}
+    with pytest.raises(Exception, match="its data is gone"):
+        _reader(spark, broker, redis_server, namespace, stream=False, **planned).collect()
+    skipped = _reader(spark, broker, redis_server, namespace, stream=False,
+                      failOnDataLoss="false", **planned).collect()
+    assert skipped == []

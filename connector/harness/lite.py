@@ -43,3 +43,6 @@ class PulsarLite:
 
     def terminate_topic(self, topic: str) -> bool:
         return False  # not supported by pulsar-lite
+
+    def delete_topic(self, topic: str) -> bool:
+        return False  # not supported by pulsar-lite

@@ -378,6 +378,11 @@ class PulsarStandalone:
         self.stop()
 
     # ----------------------------------------------------------------- admin
+    def delete_topic(self, topic: str) -> bool:
+        """Delete a topic and its data (force: even with producers/subscriptions)."""
+        _admin(self.admin_url, "DELETE", admin_topic_path(topic) + "?force=true")
+        return True
+
     def terminate_topic(self, topic: str) -> bool:
         """Terminate via REST admin; True = supported (pulsar-lite returns False)."""
         admin_terminate(self.admin_url, topic)

@@ -17,7 +17,8 @@ SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
 SOURCE = COMMON | {"topic", "topics", "startingoffsets", "endingoffsets", "maxrecordspertrigger",
-                   "minrecordspertrigger", "maxtriggerdelay"}
+                   "minrecordspertrigger", "maxtriggerdelay", "startingtimestamp",
+                   "failondataloss", "datatimeoutms"}
 
 
 def sink_id_for_checkpoint(location: str) -> str:
@@ -194,6 +195,9 @@ class SourceOptions:
     max_records: int | None = None
     min_records: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
+    starting_timestamp_ms: int | None = None
+    fail_on_data_loss: bool = True
+    data_timeout_ms: int = 30_000  # how long a planned entry may take to arrive
     client: dict = field(default_factory=dict)
 
     @classmethod
@@ -220,6 +224,10 @@ class SourceOptions:
         raw_topics = opts[given[0]].split(",") if given[0] == "topics" else [opts[given[0]]]
         topics = tuple(sorted({normalize_topic(t.strip()) for t in raw_topics if t.strip()}))
         starting = _offsets(opts, "startingoffsets") or ("earliest" if batch else "latest")
+        ts = _int(opts, "startingtimestamp", None)
+        if ts is not None and opts.get("startingoffsets"):
+            raise ConfigError("set only one of the options 'startingOffsets' and "
+                              "'startingTimestamp'")
         ending = _offsets(opts, "endingoffsets")
         if not batch and ending is not None:
             raise ConfigError("option 'endingOffsets' applies to batch queries only")
@@ -236,5 +244,8 @@ class SourceOptions:
             max_records=_int(opts, "maxrecordspertrigger", None, minimum=1),
             min_records=_int(opts, "minrecordspertrigger", None, minimum=1),
             max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay") or 15 * 60_000,
+            starting_timestamp_ms=ts,
+            fail_on_data_loss=_bool(opts, "failondataloss", True),
+            data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
         )

@@ -12,6 +12,7 @@ header GC (H2) and restarts.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from pyspark.sql.datasource import InputPartition
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 
 from .options import SourceOptions
+
+log = logging.getLogger("pulsar_txn.spark.source")
 
 BEFORE = (-1, -1, -1)
 WHOLE_ENTRY = 2**31 - 1
@@ -102,6 +105,20 @@ class Planner:
         entry = (g.ledger, g.entry, WHOLE_ENTRY)
         return entry if entry > start else start
 
+    def before_time(self, segment: str, ts_ms: int) -> Pos:
+        """The offset just before the first message published at or after ``ts_ms``.
+
+        A scan from the earliest entry (pulsar-lite cannot seek by time); the gate
+        caps it like any other planned offset.
+        """
+        end = self.gate(segment, BEFORE)
+        last = BEFORE
+        for pos, raw in scan(self.pulsar, segment, BEFORE, end):
+            if raw.publish_timestamp() >= ts_ms:
+                return last
+            last = pos
+        return end
+
     def count_until(self, segment: str, start: Pos, end: Pos, budget: int
                     ) -> tuple[Pos, int]:
         """Walk messages after ``start`` up to ``end``; stop after ``budget`` of them."""
@@ -118,8 +135,12 @@ class Planner:
         self.store.close()
 
 
-def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000
-         ) -> Iterator[tuple[Pos, object]]:
+class DataLoss(PulsarTxnError):
+    """Entries of a planned range can no longer be read (deleted topic or ledgers)."""
+
+
+def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
+         fail_on_data_loss: bool = True) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters, rather than
@@ -146,9 +167,13 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000
             except pulsar.Timeout:
                 if at_end_entry:
                     return  # the end entry's batch is complete
-                raise PulsarTxnError(f"{segment}: no entry after {last or start} within "
-                                     f"{timeout_ms} ms although {encode(end)} was planned; "
-                                     "was the topic's data deleted?") from None
+                msg = (f"{segment}: no entry after {encode(last or start)} within {timeout_ms} "
+                       f"ms although {encode(end)} was planned: its data is gone (deleted "
+                       "topic or ledgers). Set failOnDataLoss=false to skip lost ranges.")
+                if fail_on_data_loss:
+                    raise DataLoss(msg) from None
+                log.warning("%s (failOnDataLoss=false: skipped)", msg)
+                return
             m = raw.message_id()
             pos = (m.ledger_id(), m.entry_id(), m.batch_index())
             if last is not None and pos <= last:
@@ -217,7 +242,9 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
             pending.clear()
             return pa.RecordBatch.from_pydict(cols, schema=schema)
 
-        for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end)):
+        for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
+                             timeout_ms=opts.data_timeout_ms,
+                             fail_on_data_loss=opts.fail_on_data_loss):
             props = raw.properties()
             t = props.get(PROP_TXN)
             pending.append((pos, raw, t, props.get(PROP_WRITER, "") if t else ""))
@@ -252,6 +279,9 @@ class StreamSource:
         return self._planner
 
     def initial_offset(self) -> dict:
+        if self.opts.starting_timestamp_ms is not None:
+            ts = self.opts.starting_timestamp_ms
+            return to_offset({t: self.planner.before_time(t, ts) for t in self.opts.topics})
         s = self.opts.starting
         if s == "earliest":
             return to_offset({t: BEFORE for t in self.opts.topics})
@@ -315,7 +345,9 @@ class BatchSource:
             s = self.opts.starting
             if s == "latest":
                 raise ConfigError("option 'startingOffsets' cannot be 'latest' in a batch query")
-            start = {t: (s.get(t, BEFORE) if isinstance(s, dict) else BEFORE)
+            ts = self.opts.starting_timestamp_ms
+            start = {t: (s.get(t, BEFORE) if isinstance(s, dict) else
+                         planner.before_time(t, ts) if ts is not None else BEFORE)
                      for t in self.opts.topics}
             e = self.opts.ending
             end = {t: (e[t] if isinstance(e, dict) and t in e else planner.gate(t, start[t]))

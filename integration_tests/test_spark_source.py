@@ -191,3 +191,23 @@ def test_source_fail_on_data_loss_true_fails_false_skips(spark, client, broker, 
     skipped = _reader(spark, broker, redis_server, namespace, stream=False,
                       failOnDataLoss="false", **planned).collect()
     assert skipped == []
+
+
+def test_source_min_partitions_splits_without_changing_rows(spark, client, broker,
+                                                            redis_server, namespace,
+                                                            topic_name):
+    topic = topic_name("split")
+    expected = _mixed_history(client, topic)
+    p = client.create_producer(topic)
+    for i in range(40):
+        with client.transaction() as txn:
+            p.send(b"t%d" % i, txn=txn)
+    expected += [b"t%d" % i for i in range(40)]
+    one = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic)
+    three = _reader(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                    minPartitions="3")
+    assert three.rdd.getNumPartitions() == 3
+    rows = sorted(three.collect(), key=lambda r: r.messageId)
+    assert [tuple(r) for r in rows] == [tuple(r) for r in sorted(one.collect(),
+                                                                  key=lambda r: r.messageId)]
+    assert sorted(bytes(r.value) for r in rows) == sorted(expected)

@@ -77,7 +77,8 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._core.prepare_available_now()
 
     def partitions(self, start: dict, end: dict):
-        return plan_partitions(start, end)
+        return plan_partitions(start, end, self._core.opts.min_partitions,
+                               self._core.planner.first_entry)
 
     def read(self, partition):
         return read_partition(self._core.opts, partition)

@@ -18,7 +18,7 @@ COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
 SOURCE = COMMON | {"topic", "topics", "startingoffsets", "endingoffsets", "maxrecordspertrigger",
                    "minrecordspertrigger", "maxtriggerdelay", "startingtimestamp",
-                   "failondataloss", "datatimeoutms"}
+                   "failondataloss", "datatimeoutms", "minpartitions"}
 
 
 def sink_id_for_checkpoint(location: str) -> str:
@@ -198,6 +198,7 @@ class SourceOptions:
     starting_timestamp_ms: int | None = None
     fail_on_data_loss: bool = True
     data_timeout_ms: int = 30_000  # how long a planned entry may take to arrive
+    min_partitions: int = 1
     client: dict = field(default_factory=dict)
 
     @classmethod
@@ -247,5 +248,6 @@ class SourceOptions:
             starting_timestamp_ms=ts,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
+            min_partitions=_int(opts, "minpartitions", 1, minimum=1),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
         )

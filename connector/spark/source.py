@@ -119,6 +119,12 @@ class Planner:
             last = pos
         return end
 
+    def first_entry(self, segment: str) -> tuple[int, int] | None:
+        for pos, _ in scan(self.pulsar, segment, BEFORE, (2**62, 0, 0), timeout_ms=5_000,
+                           fail_on_data_loss=False):
+            return pos[0], pos[1]
+        return None
+
     def count_until(self, segment: str, start: Pos, end: Pos, budget: int
                     ) -> tuple[Pos, int]:
         """Walk messages after ``start`` up to ``end``; stop after ``budget`` of them."""
@@ -150,7 +156,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
 
     if end <= start:
         return
-    if start == BEFORE:
+    if start == BEFORE or start[1] < 0:  # earlier ledgers are filtered out below
         mid, inclusive = pulsar.MessageId.earliest, False
     else:
         mid, inclusive = pulsar.MessageId(-1, start[0], start[1], -1), True
@@ -214,10 +220,10 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         pending: list = []
 
         def flush():
-            pairs = [(TxnId.parse(t), w) for _, _, t, w in pending if t]
+            pairs = [(TxnId.parse(t), w) for _, _, _, t, w in pending if t]
             verdicts = iter(tb.classify(part.segment, pairs)) if pairs else iter(())
             cols: dict[str, list] = {f.name: [] for f in schema}
-            for pos, raw, t, w in pending:
+            for pos, raw, props, t, w in pending:
                 if t:
                     verdict = next(verdicts)
                     if verdict == WAIT:  # H1 fallback: wait for the outcome, never guess
@@ -227,7 +233,6 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                         verdict = tb.classify(part.segment, [(txn, w)])[0]
                     if verdict != DELIVER:
                         continue
-                props = raw.properties()
                 cols["key"].append(raw.partition_key() or None)
                 cols["value"].append(raw.data())
                 cols["topic"].append(part.segment)
@@ -236,8 +241,9 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                 cols["publishTime"].append(raw.publish_timestamp() * 1000)
                 et = raw.event_timestamp()
                 cols["eventTime"].append(et * 1000 if et else None)
-                cols["properties"].append([(k, v) for k, v in props.items()
-                                           if not k.startswith("__ptxn.")])
+                cols["properties"].append(
+                    [(k, v) for k, v in props.items() if not k.startswith("__ptxn.")]
+                    if t or props else [])
                 cols["txnId"].append(t)
             pending.clear()
             return pa.RecordBatch.from_pydict(cols, schema=schema)
@@ -247,7 +253,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                              fail_on_data_loss=opts.fail_on_data_loss):
             props = raw.properties()
             t = props.get(PROP_TXN)
-            pending.append((pos, raw, t, props.get(PROP_WRITER, "") if t else ""))
+            pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
             if len(pending) >= chunk:
                 yield flush()
         if pending:
@@ -257,10 +263,44 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         store.close()
 
 
-def plan_partitions(start: dict, end: dict) -> list[SegmentPartition]:
+def _split(start: Pos, end: Pos, pieces: int) -> list[tuple[Pos, Pos]]:
+    """Split (start, end] into up to ``pieces`` ranges by entry id, within one ledger.
+
+    Entry ids are dense inside a ledger, so the cut points exist; a range that
+    crosses ledgers is kept whole (ledger ids are not dense).
+    """
+    first = start[1] + 1
+    if pieces <= 1 or start == BEFORE or start[0] != end[0] or end[1] - first < pieces:
+        return [(start, end)]
+    step = (end[1] - first + 1) // pieces
+    cuts = [(start[0], first + step * i - 1, WHOLE_ENTRY) for i in range(1, pieces)]
+    bounds = [start, *cuts, end]
+    return list(zip(bounds, bounds[1:]))
+
+
+def plan_partitions(start: dict, end: dict, min_partitions: int = 1,
+                    first_entry=None) -> list[SegmentPartition]:
+    """One partition per segment range, split further when ``min_partitions`` asks.
+
+    ``first_entry(segment)`` places a range that starts before the earliest entry,
+    so that it can be split too (only needed when splitting).
+    """
     s, e = from_offset(start), from_offset(end)
-    return [SegmentPartition(t, encode(s.get(t, BEFORE)), encode(p))
-            for t, p in sorted(e.items()) if p > s.get(t, BEFORE)]
+    ranges = [(t, s.get(t, BEFORE), p) for t, p in sorted(e.items()) if p > s.get(t, BEFORE)]
+    if min_partitions > len(ranges) and first_entry is not None:
+        placed = []
+        for t, lo, hi in ranges:
+            if lo == BEFORE:
+                first = first_entry(t)
+                if first is not None and first[1] > 0:
+                    lo = (first[0], first[1] - 1, WHOLE_ENTRY)
+                elif first is not None:
+                    lo = BEFORE if first[0] != hi[0] else (first[0], -1, WHOLE_ENTRY)
+            placed.append((t, lo, hi))
+        ranges = placed
+    per_segment = -(-min_partitions // max(1, len(ranges)))  # ceil
+    return [SegmentPartition(t, encode(a), encode(b))
+            for t, lo, hi in ranges for a, b in _split(lo, hi, per_segment)]
 
 
 class StreamSource:
@@ -352,7 +392,8 @@ class BatchSource:
             e = self.opts.ending
             end = {t: (e[t] if isinstance(e, dict) and t in e else planner.gate(t, start[t]))
                    for t in self.opts.topics}
-            return plan_partitions(to_offset(start), to_offset(end))
+            return plan_partitions(to_offset(start), to_offset(end), self.opts.min_partitions,
+                                   planner.first_entry)
         finally:
             planner.close()
 

@@ -20,11 +20,11 @@ import threading
 import time
 import uuid
 
-import pulsar
 import redis
+from common import plain_read
 
 from pulsar_txn.buffer import TransactionBuffer
-from pulsar_txn.client import PulsarTxnClient, quiet_logger
+from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.harness import Services
 from pulsar_txn.metastore import RedisMetadataStore
@@ -162,23 +162,6 @@ def bench_reader(services, n):
         for _ in range(per_txn):
             p.send_async(payload, txn=txn)
         txn.commit()
-    plain = pulsar.Client(services.service_url, logger=quiet_logger())
-
-    def plain_read():
-        r = plain.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=2000)
-        got = 0
-        last = None
-        while got < n:
-            m = r.read_next(5000)
-            mid = m.message_id()
-            key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-            if last is not None and key <= last:
-                continue
-            last = key
-            m.data()
-            got += 1
-        r.close()
-
     def txn_read():
         r = client.create_reader(topic)
         got = 0
@@ -187,9 +170,8 @@ def bench_reader(services, n):
             got += 1
         r.close()
 
-    t_plain = min(timed(plain_read, 2))
+    t_plain = min(plain_read(services.service_url, topic, n) for _ in range(2))
     t_txn = min(timed(txn_read, 2))
-    plain.close()
     client.close()
     return {"messages": n, "plain_msgs_per_s": n / t_plain, "read_committed_msgs_per_s":
             n / t_txn, "ratio": t_plain / t_txn, "target": ">= 0.9"}

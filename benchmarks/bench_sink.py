@@ -14,13 +14,13 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import redis
+from common import local_spark
 
 from pulsar_txn.harness import Services
 
@@ -69,19 +69,13 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--json")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     inputs = Path(tempfile.mkdtemp(prefix="sink-in-"))
     per = args.rows // args.files
     for f in range(args.files):
         with open(inputs / f"part-{f:03d}.json", "w") as out:
             for i in range(f * per, (f + 1) * per):
                 out.write(f'{{"id": {i}, "payload": "payload-{i:012d}-xxxxxxxxxxxxxxxx"}}\n')
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     results = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python "
                           f"{platform.python_version()}"}
     with Services() as services:

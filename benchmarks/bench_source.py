@@ -16,15 +16,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
-import pulsar
+from common import local_spark, plain_read
 
-from pulsar_txn.client import PulsarTxnClient, quiet_logger
+from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.harness import Services
 
 
@@ -38,38 +37,13 @@ def fill(client, topic: str, n: int) -> None:
         txn.commit()
 
 
-def plain_read(service_url: str, topic: str, n: int) -> float:
-    c = pulsar.Client(service_url, logger=quiet_logger())
-    r = c.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=2000)
-    t0 = time.perf_counter()
-    got, last = 0, None
-    while got < n:
-        m = r.read_next(10_000)
-        mid = m.message_id()
-        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-        if last is not None and key <= last:
-            continue
-        last = key
-        m.data()
-        got += 1
-    dt = time.perf_counter() - t0
-    c.close()
-    return dt
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python "
                       f"{platform.python_version()}"}
     with Services() as s:

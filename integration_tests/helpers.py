@@ -58,3 +58,22 @@ class CommandCounter:
              if after[k] - before.get(k, 0) and k not in ("info", "command", "command|info")}
         writes = sum(v for k, v in d.items() if self._is_write(k))
         return writes, sum(d.values()), d
+
+
+def mixed_history(client, topic: str) -> list[bytes]:
+    """Plain, committed, aborted and losing-writer entries; returns what must be visible."""
+    p1, p2 = client.create_producer(topic), client.create_producer(topic)
+    p1.send(b"plain-0")
+    committed = client.new_transaction()
+    p1.send(b"c-1", txn=committed)
+    p2.send(b"c-2", txn=committed)
+    committed.commit()
+    aborted = client.new_transaction()
+    p1.send(b"a-1", txn=aborted)
+    aborted.abort()
+    losing = client.new_transaction()
+    p1.send(b"win", txn=losing)
+    p2.send(b"lose", txn=losing)
+    client.coordinator.commit(losing.id, winners=[p1.writer_id])
+    p2.send(b"plain-1")
+    return [b"plain-0", b"c-1", b"c-2", b"win", b"plain-1"]

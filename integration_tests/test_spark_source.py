@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import pytest
+from helpers import mixed_history
 
 pytestmark = pytest.mark.spark
 
@@ -20,24 +21,6 @@ def _reader(spark, broker, redis_server, namespace, stream=True, **opts):
     for k, v in opts.items():
         r = r.option(k, v)
     return r.load()
-
-
-def _mixed_history(client, topic):
-    p1, p2 = client.create_producer(topic), client.create_producer(topic)
-    p1.send(b"plain-0")
-    ok = client.new_transaction()
-    p1.send(b"c-1", txn=ok)
-    p2.send(b"c-2", txn=ok)
-    ok.commit()
-    bad = client.new_transaction()
-    p1.send(b"a-1", txn=bad)
-    bad.abort()
-    losing = client.new_transaction()
-    p1.send(b"win", txn=losing)
-    p2.send(b"lose", txn=losing)
-    client.coordinator.commit(losing.id, winners=[p1.writer_id])
-    p2.send(b"plain-1")
-    return [b"plain-0", b"c-1", b"c-2", b"win", b"plain-1"]
 
 
 def test_source_never_returns_uncommitted_aborted_or_losing_rows(
@@ -91,7 +74,7 @@ def test_source_never_returns_uncommitted_aborted_or_losing_rows(
 def test_source_replay_after_header_gc_is_identical(spark, client, broker, redis_server,
                                                     namespace, topic_name):
     topic = topic_name("replay")
-    expected = _mixed_history(client, topic)
+    expected = mixed_history(client, topic)
     client.create_producer(topic).send(b"after-the-range")
     first = (_reader(spark, broker, redis_server, namespace, stream=False, topic=topic)
              .orderBy("messageId").collect())
@@ -197,7 +180,7 @@ def test_source_min_partitions_splits_without_changing_rows(spark, client, broke
                                                             redis_server, namespace,
                                                             topic_name):
     topic = topic_name("split")
-    expected = _mixed_history(client, topic)
+    expected = mixed_history(client, topic)
     p = client.create_producer(topic)
     for i in range(40):
         with client.transaction() as txn:

@@ -85,6 +85,26 @@ def _required(opts: dict[str, str], key: str) -> str:
     return value
 
 
+def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
+             ) -> tuple[dict[str, str], str, str]:
+    """Lower-case the options, refuse unknown ones, validate the two endpoints."""
+    opts = _lower(options)
+    unknown = [k for k in opts if k not in known and not k.startswith(prefixes)]
+    if unknown:
+        raise ConfigError(f"unknown option(s) for the pulsar-txn {role}: {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(known))}, "
+                          f"{', '.join(p + '*' for p in prefixes)}")
+    service = _required(opts, "service.url")
+    if not service.startswith(("pulsar://", "pulsar+ssl://")):
+        raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
+                          f"got {service!r}")
+    metastore = _required(opts, "metastore.url")
+    if not metastore.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
+                          f"got {metastore!r}")
+    return opts, service, metastore
+
+
 def _lower(options) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
 
@@ -106,21 +126,8 @@ class SinkOptions:
     def from_options(cls, options) -> SinkOptions:
         import pulsar
 
-        opts = _lower(options)
-        unknown = [k for k in opts if k not in SINK and not k.startswith(
-            ("pulsar.producer.", "pulsar.client."))]
-        if unknown:
-            raise ConfigError(f"unknown option(s) for the pulsar-txn sink: {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(SINK))}, pulsar.producer.*, "
-                              "pulsar.client.*")
-        service = _required(opts, "service.url")
-        if not service.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
-                              f"got {service!r}")
-        metastore = _required(opts, "metastore.url")
-        if not metastore.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
-                              f"got {metastore!r}")
+        opts, service, metastore = _checked(options, "sink", SINK,
+                                            ("pulsar.producer.", "pulsar.client."))
         sink_id = opts.get("sink.id") or None
         if sink_id is None and opts.get("checkpointlocation"):
             sink_id = sink_id_for_checkpoint(opts["checkpointlocation"])
@@ -207,17 +214,7 @@ class SourceOptions:
 
         from pulsar_txn.topics import normalize_topic
 
-        opts = _lower(options)
-        unknown = [k for k in opts if k not in SOURCE and not k.startswith("pulsar.client.")]
-        if unknown:
-            raise ConfigError(f"unknown option(s) for the pulsar-txn source: "
-                              f"{', '.join(unknown)}; known: {', '.join(sorted(SOURCE))}, "
-                              "pulsar.client.*")
-        service = _required(opts, "service.url")
-        if not service.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
-                              f"got {service!r}")
-        metastore = _required(opts, "metastore.url")
+        opts, service, metastore = _checked(options, "source", SOURCE, ("pulsar.client.",))
         given = [k for k in ("topic", "topics", "path") if opts.get(k)]
         if len(given) != 1:
             raise ConfigError("set exactly one of the options 'topic' or 'topics' "

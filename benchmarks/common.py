@@ -1,0 +1,44 @@
+"""Shared pieces of the benchmarks (baselines measured the same way everywhere)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pulsar
+
+from pulsar_txn.client import quiet_logger
+
+
+def plain_read(service_url: str, topic: str, n: int) -> float:
+    """Seconds for a plain pulsar-client Reader to read n messages (payload + id)."""
+    c = pulsar.Client(service_url, logger=quiet_logger())
+    r = c.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=2000)
+    t0 = time.perf_counter()
+    got, last = 0, None
+    while got < n:
+        m = r.read_next(10_000)
+        mid = m.message_id()
+        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        if last is not None and key <= last:
+            continue  # pulsar-lite redelivers on unbatched topics
+        last = key
+        m.data()
+        got += 1
+    dt = time.perf_counter() - t0
+    r.close()
+    c.close()
+    return dt
+
+
+def local_spark():
+    """A local[2] session like the tests' (real Spark, loopback only)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -47,13 +47,17 @@ class Observer(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from pulsar_txn.errors import ReadTimeout
+        from pulsar_txn.errors import PulsarTxnError, ReadTimeout
 
         while not self._halt.is_set():
             try:
                 self.seen[self.reader.read_next(200).value] += 1
             except ReadTimeout:
                 continue
+            except PulsarTxnError as e:  # the metastore restarting (chaos): retry
+                if not e.retriable:
+                    raise
+                self._halt.wait(0.2)
 
     def finish(self, idle_ms: int = 1500) -> Counter:
         from pulsar_txn.client import read_all

@@ -1,0 +1,50 @@
+"""Consume-transform-produce: pulsar-txn in, transform, pulsar-txn out (exactly once).
+
+Run as its own process so the chaos test can SIGKILL the whole driver at any
+point and restart it from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--sink", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--service-url", required=True)
+    ap.add_argument("--metastore-url", required=True)
+    ap.add_argument("--namespace", required=True)
+    ap.add_argument("--fault", default="")
+    ap.add_argument("--max-records", default="500")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = (SparkSession.builder.master("local[2,2]").appName("pulsar-txn-pipeline")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    common = {"service.url": args.service_url, "metastore.url": args.metastore_url,
+              "metastore.namespace": args.namespace}
+    src = (spark.readStream.format("pulsar-txn").options(**common).option("topic", args.source)
+           .option("startingOffsets", "earliest")
+           .option("maxRecordsPerTrigger", args.max_records).load())
+    out = src.select(F.col("key"),
+                     F.concat(F.upper(F.col("value").cast("string")), F.lit("-out"))
+                     .alias("value"))
+    q = (out.writeStream.format("pulsar-txn").options(**common).option("topic", args.sink)
+         .option("sink.fault", args.fault).option("checkpointLocation", args.checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    print("PIPELINE-DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Chaos: a consume-transform-produce query killed over and over must be exactly once.
+
+The driver (Python + JVM, the whole process group) is SIGKILLed at >= 20 random
+points and restarted from its checkpoint each time; one run has a task attempt
+fail after writing (executor side); Redis is SIGKILLed and restarted (AOF) while
+the query runs. A READ_COMMITTED observer follows the output the whole time.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from spark_helpers import Observer
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+JOB = Path(__file__).parent / "spark_jobs" / "pipeline_job.py"
+KILLS = int(os.environ.get("PULSAR_TXN_CHAOS_KILLS", "20"))
+MESSAGES = 10_000
+
+
+def _start(broker, redis_url, namespace, src, dst, ckpt, fault=""):
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.Popen(
+        [sys.executable, str(JOB), "--source", src, "--sink", dst, "--checkpoint", str(ckpt),
+         "--service-url", broker.service_url, "--metastore-url", redis_url,
+         "--namespace", namespace, "--fault", fault],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        start_new_session=True)
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_restart(
+        broker, tmp_path, topic_name):
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.harness.redis_server import RedisServer
+
+    redis = RedisServer(tmp_path / "redis").start()  # our own: this test restarts it
+    namespace = "chaos"
+    client = PulsarTxnClient(broker.service_url, redis.url, namespace=namespace)
+    src, dst = topic_name("chaos-in"), topic_name("chaos-out")
+    rnd = random.Random(int(os.environ.get("PULSAR_TXN_CHAOS_SEED", "473")))
+    expected: Counter = Counter()
+    p = client.create_producer(src, batching_enabled=True, block_if_queue_full=True)
+    i = 0
+    while i < MESSAGES:
+        txn = client.new_transaction()
+        batch = [f"m{j}" for j in range(i, min(MESSAGES, i + rnd.randint(50, 400)))]
+        for v in batch:
+            p.send_async(v.encode(), key=v, txn=txn)
+        if rnd.random() < 0.15:
+            txn.abort()  # never visible upstream: must never reach the output
+            continue
+        txn.commit()
+        expected.update(f"{v.upper()}-out".encode() for v in batch)
+        i += len(batch)
+    observer = Observer(client, dst)
+    observer.start()
+    ckpt = tmp_path / "ckpt"
+    kills, runs, redis_restarts = 0, 0, 0
+    started = time.monotonic()
+    try:
+        # run 1: a task attempt fails after writing (executor side); kill it after batch 3
+        proc = _start(broker, redis.url, namespace, src, dst, ckpt, fault="fail-first-attempt:2")
+        runs += 1
+        deadline = time.monotonic() + 180
+        from pulsar_txn.spark.options import sink_id_for_checkpoint
+
+        sink_id = sink_id_for_checkpoint(str(ckpt))
+        while client.store.sink_last_batch(sink_id) < 3:
+            assert proc.poll() is None, "pipeline ended early"
+            assert time.monotonic() < deadline, "pipeline made no progress"
+            time.sleep(0.2)
+        _kill(proc)
+        kills += 1
+        while kills < KILLS:
+            proc = _start(broker, redis.url, namespace, src, dst, ckpt)
+            runs += 1
+            time.sleep(rnd.uniform(4.0, 12.0))  # Spark start-up is ~6-8 s: kill anywhere
+            if kills == KILLS // 2 and redis_restarts == 0:
+                redis.kill()   # SIGKILL while the query runs
+                time.sleep(0.5)
+                redis.start()  # AOF replay: no acknowledged decision lost
+                redis_restarts += 1
+                time.sleep(rnd.uniform(1.0, 4.0))
+            if proc.poll() is not None:  # finished (or failed on the Redis restart)
+                if proc.returncode == 0:
+                    break
+                continue
+            _kill(proc)
+            kills += 1
+        proc = _start(broker, redis.url, namespace, src, dst, ckpt)  # let it finish
+        runs += 1
+        out, _ = proc.communicate(timeout=600)
+        if "PIPELINE-DONE" not in out:  # e.g. stopped by the Redis restart: run again
+            proc = _start(broker, redis.url, namespace, src, dst, ckpt)
+            runs += 1
+            out, _ = proc.communicate(timeout=600)
+        assert "PIPELINE-DONE" in out
+        from pulsar_txn.client import read_all
+
+        final = Counter(m.value for m in read_all(client.create_reader(dst), 2000))
+        seen = observer.finish()
+        print(f"\nchaos: {MESSAGES} inputs, {kills} driver kills, {runs} runs, 1 task failure, "
+              f"{redis_restarts} Redis restart(s), {time.monotonic() - started:.0f} s; "
+              f"output {sum(final.values())} rows, duplicates "
+              f"{sum(c - 1 for c in final.values() if c > 1)}, missing "
+              f"{sum((expected - final).values())}, extra {sum((final - expected).values())}")
+        assert kills >= 20 or KILLS < 20
+        assert final == expected
+        assert seen == expected  # the observer never saw an uncommitted or duplicate row
+    finally:
+        client.close()
+        redis.stop()

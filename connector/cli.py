@@ -1,8 +1,9 @@
-"""``pulsar-txn``: operate transactions from a shell.
+"""``pulsar-txn``: operate transactions and scalable topics from a shell.
 
 The lingering-transaction tool: list OPEN txns and how old they are, show one,
 abort one by id, run the timeout and GC sweeps, find the txn of an owner (for
-example a Spark sink's ``<sink id>:<batchId>``).
+example a Spark sink's ``<sink id>:<batchId>``). And the scalable-topic admin:
+``topic create|describe|split|merge|list``.
 """
 
 from __future__ import annotations
@@ -64,9 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     bt.add_argument("batch_id", type=int)
     sw = sub.add_parser("sweep", help="abort expired txns and collect old finalized ones")
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    _topic_parser(sub)
     args = ap.parse_args(argv)
     if not args.metastore:
         ap.error("--metastore (or PULSAR_TXN_METASTORE) is required")
+    if args.cmd == "topic":
+        return _topic_main(ap, args)
     try:
         store = open_store(args.metastore, namespace=args.namespace)
         coord = TransactionCoordinator(store)
@@ -121,6 +125,72 @@ def main(argv: list[str] | None = None) -> int:
     except PulsarTxnError as e:
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
+
+
+def _topic_parser(sub) -> None:
+    tp = sub.add_parser("topic", help="scalable topics: create, describe, split, merge, list")
+    tp.add_argument("--service-url", default=os.environ.get("PULSAR_TXN_SERVICE_URL"),
+                    help="Pulsar service URL; env PULSAR_TXN_SERVICE_URL")
+    tp.add_argument("--admin-url", default=os.environ.get("PULSAR_TXN_ADMIN_URL"),
+                    help="Pulsar REST admin URL, to terminate sealed segments (brokers "
+                         "without one, like pulsar-lite, fall back to a grace period); "
+                         "env PULSAR_TXN_ADMIN_URL")
+    ts = tp.add_subparsers(dest="topic_cmd", required=True)
+    c = ts.add_parser("create", help="create a scalable topic with N initial segments")
+    c.add_argument("name", help="topic://tenant/namespace/name")
+    c.add_argument("--segments", type=int, default=1)
+    d = ts.add_parser("describe", help="segments, ranges, states and entries per segment")
+    d.add_argument("name")
+    s = ts.add_parser("split", help="seal an ACTIVE segment; two children split its range")
+    s.add_argument("name")
+    s.add_argument("segment", type=int)
+    s.add_argument("--at", type=lambda v: int(v, 0), default=None,
+                   help="first hash of the upper child (default: the middle)")
+    m = ts.add_parser("merge", help="seal two adjacent ACTIVE segments; one child covers both")
+    m.add_argument("name")
+    m.add_argument("a", type=int)
+    m.add_argument("b", type=int)
+    ts.add_parser("list", help="the deployment's scalable topics")
+
+
+def _topic_main(ap: argparse.ArgumentParser, args) -> int:
+    import pulsar
+
+    from pulsar_txn.admin import check_admin_url
+    from pulsar_txn.client import quiet_logger
+    from pulsar_txn.scalable import ScalableTopics
+
+    store = open_store(args.metastore, namespace=args.namespace)
+    if args.topic_cmd == "list":
+        for t in store.list_topics():
+            print(f"topic://{t}")
+        return 0
+    if not args.service_url:
+        ap.error("topic: --service-url (or PULSAR_TXN_SERVICE_URL) is required")
+    client = pulsar.Client(args.service_url, logger=quiet_logger())
+    topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"))
+    try:
+        if args.topic_cmd == "create":
+            topics.create(args.name, args.segments)
+        elif args.topic_cmd == "split":
+            topics.split(args.name, args.segment, args.at)
+        elif args.topic_cmd == "merge":
+            topics.merge(args.name, args.a, args.b)
+        info = topics.describe(args.name)
+        if args.json:
+            print(json.dumps(info, indent=2))
+        else:
+            print(f"{info['topic']}  epoch {info['epoch']}")
+            _print([{k: (",".join(map(str, v)) if isinstance(v, list) else v)
+                     for k, v in row.items()} for row in info["segments"]], False)
+        return 0
+    except PulsarTxnError as e:
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
+    finally:
+        topics.close()
+        client.close()
+        store.close()
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ from contextlib import contextmanager
 import _pulsar
 import pulsar
 
+from pulsar_txn.admin import check_admin_url
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
+from pulsar_txn.dag import is_scalable
 from pulsar_txn.errors import (
     ConfigError,
     PulsarTxnError,
@@ -64,6 +66,7 @@ class Transaction:
         self.id: TxnId = header.txn_id
         self._runs: dict[tuple[str, str], WriterRun] = {}
         self._ack_stores: set[PendingAckStore] = set()
+        self._flushers: list = []  # scalable producers: re-route refused sends before commit
         self._lock = threading.Lock()
         self._state = TxnState.OPEN
 
@@ -85,8 +88,18 @@ class Transaction:
             run = self._runs.get(key)
             if run is None:
                 run = self._runs[key] = WriterRun(self._client.store, self.id, producer.segment,
-                                                  producer.writer_id, producer._p)
+                                                  producer.writer_id, producer._p,
+                                                  getattr(producer, "fence", None))
             return run
+
+    def _has_first(self, producer) -> bool:
+        run = self._runs.get((producer.segment, producer.writer_id))
+        return run is not None and run.first is not None
+
+    def _add_flusher(self, producer) -> None:
+        with self._lock:
+            if producer not in self._flushers:
+                self._flushers.append(producer)
 
     def _add_ack_store(self, store: PendingAckStore) -> None:
         with self._lock:
@@ -100,7 +113,9 @@ class Transaction:
     def commit(self) -> TxnHeader:
         self._ensure_open()
         try:
-            for run in self._runs.values():
+            for producer in self._flushers:
+                producer.flush()
+            for run in list(self._runs.values()):
                 run.flush()
         except BaseException:
             self.abort()
@@ -522,6 +537,7 @@ class PulsarTxnClient:
     def __init__(self, service_url: str, metastore_url: str, *, namespace: str = "ptxn",
                  partitions: int | None = None, sweeper: bool = True,
                  sweep_interval_s: float = 1.0, retention_ms: int = DEFAULT_RETENTION_MS,
+                 admin_url: str | None = None, seal_grace_ms: int = 300,
                  **pulsar_kwargs) -> None:
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
@@ -536,6 +552,19 @@ class PulsarTxnClient:
         self.pulsar = pulsar.Client(service_url, **pulsar_kwargs)
         if sweeper:
             self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
+        self.admin_url = check_admin_url(admin_url)
+        self._seal_grace_ms = seal_grace_ms
+        self._scalable = None
+
+    @property
+    def scalable(self):
+        """Scalable topics (``topic://``): create, describe, split, merge; layouts watched."""
+        if self._scalable is None:
+            from pulsar_txn.scalable import ScalableTopics
+
+            self._scalable = ScalableTopics(self.store, self.pulsar, self.admin_url,
+                                            self._seal_grace_ms)
+        return self._scalable
 
     # ---- transactions ----
     def new_transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Transaction:
@@ -550,12 +579,26 @@ class PulsarTxnClient:
 
     # ---- producers / readers / consumers ----
     def create_producer(self, topic: str, **kwargs) -> Producer:
+        """A producer; for a ``topic://`` scalable topic, one that routes by key hash."""
+        if is_scalable(topic):
+            from pulsar_txn.scalable import ScalableProducer
+
+            return ScalableProducer(self, topic, **kwargs)
         return Producer(self, topic, **kwargs)
 
     def create_reader(self, topic: str, start: str | Position = "earliest", **kwargs) -> Reader:
+        """A READ_COMMITTED reader; for a ``topic://`` topic, in the DAG's order."""
+        if is_scalable(topic):
+            from pulsar_txn.scalable import ScalableReader
+
+            return ScalableReader(self, topic, start, **kwargs)
         return Reader(self, topic, start, **kwargs)
 
     def subscribe(self, topic: str, subscription: str, **kwargs) -> Consumer:
+        if is_scalable(topic):
+            raise ConfigError(f"topic {topic!r}: subscriptions on scalable topics are not "
+                              "supported yet; subscribe to a segment's backing topic, or read "
+                              "with create_reader (DAG order)")
         return Consumer(self, topic, subscription, **kwargs)
 
     # ---- participants ----
@@ -587,6 +630,8 @@ class PulsarTxnClient:
     def close(self) -> None:
         self.coordinator.close()
         self._watch.close()
+        if self._scalable is not None:
+            self._scalable.close()
         try:
             self.pulsar.close()
         finally:

@@ -22,3 +22,28 @@ def normalize_topic(topic: str) -> str:
     if scheme != "persistent":
         raise ConfigError(f"topic {topic!r}: only persistent:// topics carry transactions")
     return topic
+
+
+def last_entry(client, topic: str) -> tuple[int, int] | None:
+    """The broker's last confirmed entry of a topic, from a throw-away subscription.
+
+    ``None`` when the topic holds no entry (pulsar-lite raises instead of
+    answering -1, so both are folded here).
+    """
+    import uuid
+
+    import pulsar
+
+    consumer = client.subscribe(topic, f"__ptxn-probe-{uuid.uuid4().hex[:12]}",
+                                initial_position=pulsar.InitialPosition.Latest,
+                                receiver_queue_size=1)
+    try:
+        mid = consumer.get_last_message_id()
+        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
+    except Exception:
+        return None
+    finally:
+        try:
+            consumer.unsubscribe()
+        except Exception:
+            consumer.close()

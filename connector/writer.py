@@ -21,7 +21,7 @@ from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position, TxnId
 
 class WriterRun:
     def __init__(self, store: MetadataStore, txn_id: TxnId, segment: str, writer: str,
-                 producer) -> None:
+                 producer, fence: Callable[[], None] | None = None) -> None:
         self.store = store
         self.txn_id = txn_id
         self.segment = segment
@@ -35,13 +35,27 @@ class WriterRun:
         self._lock = threading.Lock()
         self._done = threading.Condition()
         self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer}
+        # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
+        # and a TopicTerminated append is re-routed by the producer, not an error here.
+        self._fence = fence
 
     def _ensure_registered(self) -> None:
         if not self._registered:
             with self._lock:
                 if not self._registered:
                     self.store.register_write(self.txn_id, self.segment, self.writer)
+                    if self._fence is not None:
+                        try:
+                            self._fence()
+                        except BaseException:
+                            self._withdraw()
+                            raise
                     self._registered = True
+
+    def _withdraw(self) -> None:
+        """Drop a registration that never appended, so the sealed segment's gate moves."""
+        self.store.withdraw_write(self.txn_id, self.segment, self.writer)
+        self._registered = False
 
     def _props(self, properties: dict | None) -> dict:
         if not properties:
@@ -53,7 +67,14 @@ class WriterRun:
     def send(self, value: bytes, properties: dict | None = None, **kw):
         """Synchronous append; the first one records the run's first position."""
         self._ensure_registered()
-        msg_id = self._p.send(value, properties=self._props(properties), **kw)
+        try:
+            msg_id = self._p.send(value, properties=self._props(properties), **kw)
+        except BaseException:
+            if self.first is None and self._fence is not None:
+                with self._lock:
+                    if self.first is None:
+                        self._withdraw()
+            raise
         self._on_appended(Position.of(msg_id))
         return msg_id
 
@@ -73,7 +94,8 @@ class WriterRun:
         """Per-message callback: kept minimal, it runs once per append."""
         with self._done:
             if res != pulsar.Result.Ok:
-                self.errors.append(str(res))
+                if not (self._fence is not None and res == pulsar.Result.TopicTerminated):
+                    self.errors.append(str(res))
             else:
                 self.sent += 1
             self._outstanding -= 1
@@ -98,7 +120,13 @@ class WriterRun:
 
     def flush(self, timeout_s: float = 120.0) -> None:
         """Wait until every append is acknowledged; raise if any failed."""
-        self._p.flush()
+        try:
+            self._p.flush()
+        except Exception:
+            # a sealed segment's producer is closed once its sends resolved (the
+            # scalable producer drained it); the outstanding count below is the truth
+            if self._fence is None:
+                raise
         with self._done:
             if not self._done.wait_for(lambda: self._outstanding == 0, timeout=timeout_s):
                 self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")

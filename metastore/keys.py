@@ -9,7 +9,9 @@ Readers that need a per-segment view query all P partitions and merge.
 
 The only keys outside a partition slot are the pending-ack claim tables, one
 slot per (segment, subscription): conflicts between transactions of different
-partitions must be decided in one place.
+partitions must be decided in one place; and each scalable topic's DAG with its
+event stream, one slot per topic ``{<ns>:st:<topic>}``, so a split or merge
+(seal parents + create children + bump the epoch) is one script.
 """
 
 from __future__ import annotations
@@ -80,6 +82,21 @@ class Keys:
     # ---- per-sink progress (Spark), its own slot ----
     def sink(self, sink_id: str) -> str:
         return f"{{{self.ns}:sink:{sink_id}}}"
+
+    # ---- scalable topic slot ``{ns:st:<tenant/ns/name>}`` ----
+    def topic_tag(self, topic: str) -> str:
+        return f"{{{self.ns}:st:{topic}}}"
+
+    def topic_dag(self, topic: str) -> str:
+        """Hash: ``epoch``, ``next`` (segment id), ``created``, ``seg:<id>`` → descriptor."""
+        return f"{self.topic_tag(topic)}:dag"
+
+    def topic_events(self, topic: str) -> str:
+        return f"{self.topic_tag(topic)}:ev"
+
+    def topics(self) -> str:
+        """Set of scalable topics of the deployment (a listing aid; the DAG is the truth)."""
+        return f"{self.ns}:topics"
 
     # ---- pending-ack slot, one per (segment, subscription) ----
     def ack_claims(self, segment: str, subscription: str) -> str:

@@ -156,6 +156,71 @@ class RedisWatch(threading.Thread):
         self.join(timeout=2)
 
 
+class RedisTopicWatch(threading.Thread):
+    """Layout changes of scalable topics, pushed (XREAD BLOCK on each topic's stream).
+
+    ``callback(topic)`` after an event of that topic; ``callback(None)`` after a
+    reconnect, when events may have been missed and every layout must be re-read.
+    """
+
+    def __init__(self, store: RedisMetadataStore, topics: Callable[[], Iterable[str]],
+                 callback: Callable[[str | None], None]) -> None:
+        super().__init__(name="pulsar-txn-topic-watch", daemon=True)
+        self._store = store
+        self._topics = topics
+        self._callback = callback
+        self._closing = threading.Event()
+        self._conn = redis.Redis(connection_pool=store.pool, decode_responses=True)
+        self._ids: dict[str, str] = {}
+
+    def run(self) -> None:
+        backoff, healthy = 0.05, True
+        keys = self._store.keys
+        while not self._closing.is_set():
+            try:
+                wanted = {keys.topic_events(t): t for t in self._topics()}
+                for key in list(self._ids):
+                    if key not in wanted:
+                        del self._ids[key]
+                new = [key for key in wanted if key not in self._ids]
+                if new:  # start after the newest event: '$' would drop events between calls
+                    pipe = self._conn.pipeline(transaction=False)
+                    for key in new:
+                        pipe.xrevrange(key, "+", "-", count=1)
+                    for key, last in zip(new, pipe.execute()):
+                        self._ids[key] = last[0][0] if last else "0-0"
+                if not self._ids:
+                    self._closing.wait(0.2)
+                    continue
+                resp = self._conn.xread(dict(self._ids), count=256, block=300)
+                if not healthy:
+                    healthy = True
+                    self._emit(None)
+                backoff = 0.05
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                if self._closing.is_set():
+                    return
+                healthy = False
+                self._ids = {}
+                self._closing.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for key, entries in resp or ():
+                if entries:
+                    self._ids[key] = entries[-1][0]
+                    self._emit(wanted.get(key))
+
+    def _emit(self, topic: str | None) -> None:
+        try:
+            self._callback(topic)
+        except Exception:
+            log.exception("pulsar-txn topic watch callback failed")
+
+    def close(self) -> None:
+        self._closing.set()
+        self.join(timeout=2)
+
+
 class RedisMetadataStore:
     """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
 
@@ -186,7 +251,8 @@ class RedisMetadataStore:
         self._s = {name: self.r.register_script(_load_lua(name)) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
             "gc_txn", "advance_sink",
-            "claim_acks", "release_acks", "record_acks", "mark_acks_applied")}
+            "claim_acks", "release_acks", "record_acks", "mark_acks_applied",
+            "withdraw_write", "create_topic", "change_layout", "seal_end")}
 
     def _agree_partitions(self, ns: str, wanted: int | None) -> int:
         """P is fixed per deployment at first use: ids and slots depend on it."""
@@ -370,6 +436,13 @@ class RedisMetadataStore:
             self._raise_status(txn_id, res)
 
     @_translate
+    def withdraw_write(self, txn_id: TxnId, segment: str, writer: str) -> bool:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        res = self._s["withdraw_write"](keys=[k.writes(p, seq), k.open_writes(p, segment)],
+                                        args=[seq, segment, writer])
+        return res[0] == "OK"
+
+    @_translate
     def list_writes(self, txn_id: TxnId) -> tuple[list[WriteRecord], int]:
         p, seq = txn_id.partition, txn_id.seq
         pipe = self.r.pipeline(transaction=True)  # MULTI: records and count agree
@@ -483,6 +556,62 @@ class RedisMetadataStore:
     def sink_last_batch(self, sink_id: str) -> int:
         raw = self.r.hget(self.keys.sink(sink_id), "batch")
         return int(raw) if raw is not None else -1
+
+    # ---- scalable topics (segment DAG) ----
+    @_translate
+    def create_topic(self, topic: str, segments: Sequence[str], next_id: int) -> bool:
+        """Create the DAG at epoch 1; False if the topic already exists."""
+        k = self.keys
+        res = self._s["create_topic"](keys=[k.topic_dag(topic), k.topic_events(topic)],
+                                      args=[self.event_maxlen, next_id, *segments])
+        self.r.sadd(k.topics(), topic)  # listing aid only: the DAG above is the truth
+        return res[0] == "OK"
+
+    @_translate
+    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str]] | None:
+        """(epoch, next segment id, {id: descriptor JSON}) in one read, or None."""
+        raw = self.r.hgetall(self.keys.topic_dag(topic))
+        if not raw:
+            return None
+        segs = {int(f[4:]): v for f, v in raw.items() if f.startswith("seg:")}
+        return int(raw["epoch"]), int(raw["next"]), segs
+
+    @_translate
+    def get_segment(self, topic: str, segment_id: int) -> str | None:
+        return self.r.hget(self.keys.topic_dag(topic), f"seg:{segment_id}")
+
+    @_translate
+    def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
+                      children: Sequence[str], next_id: int) -> tuple[str, str]:
+        """The split/merge CAS: ('OK', epoch) | ('STALE', epoch) | ('NOTACTIVE', id) | ..."""
+        k = self.keys
+        res = self._s["change_layout"](
+            keys=[k.topic_dag(topic), k.topic_events(topic)],
+            args=[expected_epoch, self.event_maxlen, next_id, json.dumps(list(parents)),
+                  *children])
+        return res[0], (res[1] if len(res) > 1 else "")
+
+    @_translate
+    def seal_end(self, topic: str, segment_id: int, end: str) -> str:
+        """Fix a sealed segment's last entry once; returns the value that stands."""
+        k = self.keys
+        res = self._s["seal_end"](keys=[k.topic_dag(topic), k.topic_events(topic)],
+                                  args=[segment_id, end, self.event_maxlen])
+        if res[0] in ("OK", "ALREADY"):
+            return res[1]
+        raise PulsarTxnError(f"topic {topic}: cannot fix the end of segment {segment_id} "
+                             f"({res[0]})")
+
+    @_translate
+    def list_topics(self) -> list[str]:
+        return sorted(self.r.smembers(self.keys.topics()))
+
+    def watch_topics(self, topics: Callable[[], Iterable[str]],
+                     callback: Callable[[str | None], None]) -> RedisTopicWatch:
+        """Follow the layout events of the topics ``topics()`` names (re-read each turn)."""
+        w = RedisTopicWatch(self, topics, callback)
+        w.start()
+        return w
 
     # ---- notification ----
     def watch(self, callback: Callable[[TxnEvent], None]) -> RedisWatch:

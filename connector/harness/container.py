@@ -47,7 +47,7 @@ class PulsarContainer:
             self._c = None
 
     def terminate_topic(self, topic: str) -> bool:
-        from .standalone import admin_terminate
+        from pulsar_txn.admin import admin_terminate
 
         admin_terminate(self.admin_url, topic)
         return True

@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import json
 import os
 import pathlib
 import re
@@ -30,13 +29,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 import weakref
 from importlib import resources
-from typing import IO, Any
+from typing import IO
+
+from pulsar_txn.admin import (  # noqa: F401  (re-exported for the harness's users)
+    admin_last_message_id,
+    admin_request,
+    admin_terminate,
+    admin_topic_path,
+)
 
 MAIN_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
 LIB_ENV = "PULSAR_TXN_STANDALONE_LIB"
@@ -177,42 +180,7 @@ def _port_open(port: int) -> bool:
     return False
 
 
-def admin_topic_path(topic: str) -> str:
-    """persistent://t/n/x -> /admin/v2/persistent/t/n/x (short names: public/default)."""
-    domain, _, rest = topic.rpartition("://")
-    parts = rest.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", parts[0]]
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"not a topic name: {topic!r}")
-    quoted = "/".join(urllib.parse.quote(p, safe="") for p in parts)
-    return f"/admin/v2/{domain or 'persistent'}/{quoted}"
-
-
-def _admin(admin_url: str, method: str, path: str, timeout: float = 30.0) -> Any:
-    """One REST admin call; the broker's error text is kept, it says what went wrong."""
-    data = b"" if method in ("POST", "PUT") else None
-    req = urllib.request.Request(
-        admin_url + path, data=data, method=method,
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = r.read()
-    except urllib.error.HTTPError as e:
-        detail = e.read().decode(errors="replace")[:500]
-        raise RuntimeError(f"{method} {path}: HTTP {e.code}: {detail}") from None
-    return json.loads(body) if body.strip() else None
-
-
-def admin_terminate(admin_url: str, topic: str) -> None:
-    """Terminate a topic: no more publishes, readers see end-of-topic."""
-    _admin(admin_url, "POST", admin_topic_path(topic) + "/terminate")
-
-
-def admin_last_message_id(admin_url: str, topic: str) -> tuple[int, int]:
-    body = _admin(admin_url, "GET", admin_topic_path(topic) + "/lastMessageId")
-    return int(body["ledgerId"]), int(body["entryId"])
+_admin = admin_request  # the harness's own admin calls (delete) share the client code
 
 
 class PulsarStandalone:

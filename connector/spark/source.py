@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -76,22 +75,9 @@ class Planner:
         self._max_read_position = max_read_position
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
-        """The broker's last confirmed entry, from a throw-away probe subscription."""
-        import pulsar
+        from pulsar_txn.topics import last_entry
 
-        consumer = self.pulsar.subscribe(segment, f"__ptxn-probe-{uuid.uuid4().hex[:12]}",
-                                         initial_position=pulsar.InitialPosition.Latest,
-                                         receiver_queue_size=1)
-        try:
-            mid = consumer.get_last_message_id()
-            return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
-        except Exception:  # an empty topic (pulsar-lite raises instead of returning -1)
-            return None
-        finally:
-            try:
-                consumer.unsubscribe()
-            except Exception:
-                consumer.close()
+        return last_entry(self.pulsar, segment)
 
     def gate(self, segment: str, start: Pos) -> Pos:
         """Highest position that may be planned now: min(LAC, first OPEN write - 1)."""

@@ -1,0 +1,217 @@
+"""The segment DAG of a scalable topic (PIP-460's model), as pure data.
+
+A scalable topic ``topic://tenant/ns/name`` covers a fixed key-hash space
+``[0, HASH_SPACE)``. Each segment owns an inclusive hash range and is backed by
+an ordinary ``persistent://`` topic. A split seals one ACTIVE segment and
+creates two children covering its range; a merge seals two adjacent ACTIVE
+segments and creates one child covering both. At every epoch the ACTIVE
+segments partition the hash space exactly, so every key has one home.
+
+Nothing here talks to Redis or Pulsar: routing, planning a change and the
+reader's happens-before order are plain functions, unit-tested on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.records import BEFORE_EARLIEST, Position
+
+HASH_SPACE = 1 << 16
+ACTIVE, SEALED = "ACTIVE", "SEALED"
+SCHEME = "topic://"
+
+_NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
+
+
+def key_hash(key: str | bytes | None) -> int:
+    """The key's point in the hash space (CRC-32, the same in every process)."""
+    if key is None:
+        raise ValueError("unkeyed messages are spread, not hashed")
+    data = key.encode() if isinstance(key, str) else bytes(key)
+    return zlib.crc32(data) % HASH_SPACE
+
+
+def normalize_scalable(name: str) -> str:
+    """``topic://t/ns/x`` or ``t/ns/x`` or ``x`` → ``t/ns/x`` (the DAG's key)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"scalable topic name must be a non-empty string, got {name!r}")
+    rest = name[len(SCHEME):] if name.startswith(SCHEME) else name
+    if "://" in rest:
+        raise ConfigError(f"{name!r} is not a scalable topic (expected topic://tenant/ns/name)")
+    parts = rest.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    if len(parts) != 3 or not all(_NAME_PART.match(p) for p in parts):
+        raise ConfigError(f"scalable topic {name!r} must be topic://tenant/namespace/name "
+                          "with letters, digits, '_', '-', '.', '='")
+    return "/".join(parts)
+
+
+def is_scalable(name: str) -> bool:
+    return isinstance(name, str) and name.startswith(SCHEME)
+
+
+def backing_topic(topic: str, segment_id: int) -> str:
+    """The ordinary Pulsar topic that stores one segment's entries."""
+    return f"persistent://{topic}-seg-{segment_id}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    lo: int  # inclusive hash range
+    hi: int
+    backing: str
+    state: str = ACTIVE
+    parents: tuple[int, ...] = ()
+    children: tuple[int, ...] = ()
+    created_epoch: int = 1
+    sealed_epoch: int | None = None
+    # Last entry of a sealed segment: None = not fixed yet (seal in progress),
+    # BEFORE_EARLIEST = it holds no entry. Readers move to the children only
+    # after reading up to it, which is what keeps per-key order across changes.
+    end: Position | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state == ACTIVE
+
+    def covers(self, h: int) -> bool:
+        return self.lo <= h <= self.hi
+
+    def to_json(self) -> str:
+        end = "" if self.end is None else ("-" if self.end == BEFORE_EARLIEST else str(self.end))
+        return json.dumps({"id": self.id, "lo": self.lo, "hi": self.hi, "backing": self.backing,
+                           "state": self.state, "parents": list(self.parents),
+                           "children": list(self.children), "ce": self.created_epoch,
+                           "se": self.sealed_epoch, "end": end}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str) -> Segment:
+        d = json.loads(raw)
+        end = d.get("end") or ""
+        return cls(id=int(d["id"]), lo=int(d["lo"]), hi=int(d["hi"]), backing=d["backing"],
+                   state=d["state"], parents=tuple(_ids(d.get("parents"))),
+                   children=tuple(_ids(d.get("children"))), created_epoch=int(d.get("ce", 1)),
+                   sealed_epoch=d.get("se"),
+                   end=None if end == "" else BEFORE_EARLIEST if end == "-"
+                   else Position.parse(end))
+
+
+def _ids(v) -> list[int]:
+    return [int(x) for x in v] if isinstance(v, list) else []  # cjson: [] may come back as {}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One epoch of a scalable topic's DAG: every segment ever created."""
+
+    topic: str  # tenant/ns/name
+    epoch: int
+    segments: dict[int, Segment] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return SCHEME + self.topic
+
+    def active(self) -> list[Segment]:
+        return sorted((s for s in self.segments.values() if s.active), key=lambda s: s.lo)
+
+    def route(self, h: int) -> Segment:
+        for s in self.active():
+            if s.covers(h):
+                return s
+        raise AssertionError(f"{self.name}: hash {h} has no ACTIVE segment (corrupt layout)")
+
+    def by_backing(self, backing: str) -> Segment | None:
+        for s in self.segments.values():
+            if s.backing == backing:
+                return s
+        return None
+
+    def parents_done(self, seg: Segment, done: Iterable[int]) -> bool:
+        finished = set(done)
+        return all(p in finished for p in seg.parents)
+
+    def read_order(self) -> list[Segment]:
+        """Segments in happens-before order: every parent before its children."""
+        out, placed = [], set()
+        pending = sorted(self.segments.values(), key=lambda s: (s.created_epoch, s.id))
+        while pending:
+            rest = []
+            for s in pending:
+                if all(p in placed for p in s.parents):
+                    out.append(s)
+                    placed.add(s.id)
+                else:
+                    rest.append(s)
+            if len(rest) == len(pending):
+                raise AssertionError(f"{self.name}: cycle or missing parent in the DAG")
+            pending = rest
+        return out
+
+    def check(self) -> None:
+        """The ACTIVE segments tile the hash space exactly (a layout invariant)."""
+        nxt = 0
+        for s in self.active():
+            if s.lo != nxt or s.hi < s.lo:
+                raise AssertionError(f"{self.name}@{self.epoch}: gap or overlap at {nxt}")
+            nxt = s.hi + 1
+        if nxt != HASH_SPACE:
+            raise AssertionError(f"{self.name}@{self.epoch}: hash space not covered")
+
+
+def initial_segments(topic: str, n: int) -> list[Segment]:
+    if not 1 <= n <= 256:
+        raise ConfigError(f"segments must be between 1 and 256, got {n}")
+    bounds = [HASH_SPACE * i // n for i in range(n + 1)]
+    return [Segment(i, bounds[i], bounds[i + 1] - 1, backing_topic(topic, i))
+            for i in range(n)]
+
+
+def plan_split(layout: Layout, segment_id: int, next_id: int,
+               at: int | None = None) -> tuple[list[int], list[Segment]]:
+    """Seal ``segment_id``; two children split its range at ``at`` (default: the middle)."""
+    seg = _active(layout, segment_id)
+    if seg.hi == seg.lo:
+        raise ConfigError(f"segment {segment_id} covers one hash value and cannot be split")
+    cut = (seg.lo + seg.hi + 1) // 2 if at is None else at
+    if not seg.lo < cut <= seg.hi:
+        raise ConfigError(f"split point {cut} must be in ({seg.lo}, {seg.hi}] of segment "
+                          f"{segment_id}")
+    epoch = layout.epoch + 1
+    kids = [Segment(next_id, seg.lo, cut - 1, backing_topic(layout.topic, next_id),
+                    parents=(seg.id,), created_epoch=epoch),
+            Segment(next_id + 1, cut, seg.hi, backing_topic(layout.topic, next_id + 1),
+                    parents=(seg.id,), created_epoch=epoch)]
+    return [seg.id], kids
+
+
+def plan_merge(layout: Layout, a: int, b: int, next_id: int) -> tuple[list[int], list[Segment]]:
+    """Seal two adjacent ACTIVE segments; one child covers both ranges."""
+    left, right = sorted((_active(layout, a), _active(layout, b)), key=lambda s: s.lo)
+    if left.hi + 1 != right.lo:
+        raise ConfigError(f"segments {a} and {b} are not adjacent "
+                          f"([{left.lo},{left.hi}] and [{right.lo},{right.hi}])")
+    kid = Segment(next_id, left.lo, right.hi, backing_topic(layout.topic, next_id),
+                  parents=(left.id, right.id), created_epoch=layout.epoch + 1)
+    return [left.id, right.id], [kid]
+
+
+def _active(layout: Layout, segment_id: int) -> Segment:
+    seg = layout.segments.get(segment_id)
+    if seg is None:
+        raise ConfigError(f"{layout.name} has no segment {segment_id}")
+    if not seg.active:
+        raise ConfigError(f"segment {segment_id} of {layout.name} is {seg.state}, not ACTIVE")
+    return seg
+
+
+def with_end(seg: Segment, end: Position) -> Segment:
+    return replace(seg, end=end)

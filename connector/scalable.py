@@ -1,0 +1,559 @@
+"""Scalable topics on ordinary Pulsar topics: DAG admin, routing producer, DAG-order reader.
+
+The DAG lives in the metastore (one slot per topic, see ``metastore/keys.py``);
+each segment is a ``persistent://`` topic. A split or merge is one CAS that
+seals the parents and creates the children. Sealing is then made final on the
+data side:
+
+1. the CAS: from here on a transactional write registration on a parent fails
+   its ACTIVE check, and every producer watching the topic re-routes;
+2. terminate the parents' backing topics where the broker has an admin API (the
+   reference broker, testcontainers): an append by any producer that still holds
+   the old layout fails with TopicTerminated and that producer re-routes;
+3. fix each parent's last entry (``end``) once, in the metastore. Readers read a
+   parent up to its end and only then its children: for any key, every entry
+   of a parent comes before every entry of a child.
+
+pulsar-lite cannot terminate topics: step 2 becomes a grace period
+(``seal_grace_ms``) for watching producers to drain, then ``end`` is the last
+entry the broker reports. A producer in another process that misses the layout
+event for longer than the grace could still append after the end; those entries
+are never delivered. Use a broker with termination for such deployments.
+
+Transactions need nothing special: a segment is a segment. Commit writes to no
+segment (one CAS), so a transaction whose segment was sealed before it ends
+commits or aborts exactly as on an active one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+import pulsar
+
+from pulsar_txn.admin import AdminError, admin_terminate
+from pulsar_txn.dag import (
+    Layout,
+    Segment,
+    initial_segments,
+    key_hash,
+    normalize_scalable,
+    plan_merge,
+    plan_split,
+)
+from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.records import BEFORE_EARLIEST
+from pulsar_txn.topics import last_entry
+
+log = logging.getLogger(__name__)
+
+
+class SegmentSealed(PulsarTxnError):
+    """The segment was sealed by a split or merge: re-route to its children."""
+
+    retriable = True
+
+
+class TopicNotFound(PulsarTxnError, LookupError):
+    pass
+
+
+class ScalableTopics:
+    """Admin operations and a watched layout cache for the scalable topics of one client."""
+
+    def __init__(self, store: MetadataStore, client: pulsar.Client, admin_url: str | None = None,
+                 seal_grace_ms: int = 300) -> None:
+        self.store = store
+        self.pulsar = client
+        self.admin_url = admin_url
+        self.seal_grace_ms = seal_grace_ms
+        self._layouts: dict[str, Layout] = {}
+        self._cond = threading.Condition()
+        self._followed: set[str] = set()
+        self._watch = None
+
+    # ---- layout cache (kept current by the topic watch) ----
+    def _read(self, topic: str) -> Layout:
+        raw = self.store.get_layout(topic)
+        if raw is None:
+            raise TopicNotFound(f"scalable topic topic://{topic} does not exist "
+                                "(create it: pulsar-txn topic create)")
+        epoch, _next, segs = raw
+        return Layout(topic, epoch, {i: Segment.from_json(v) for i, v in segs.items()})
+
+    def layout(self, name: str, refresh: bool = False) -> Layout:
+        topic = normalize_scalable(name)
+        with self._cond:
+            cached = self._layouts.get(topic)
+        if cached is not None and not refresh:
+            return cached
+        fresh = self._read(topic)
+        self._store_layout(fresh)
+        return self._layouts[topic]
+
+    def _store_layout(self, lay: Layout) -> None:
+        with self._cond:
+            old = self._layouts.get(lay.topic)
+            # an event for epoch e and a read of e+1 can race: keep the newer
+            if old is None or lay.epoch > old.epoch or lay != old:
+                if old is None or lay.epoch >= old.epoch:
+                    self._layouts[lay.topic] = lay
+            self._cond.notify_all()
+
+    def follow(self, name: str) -> Layout:
+        """Keep ``name``'s layout current by watching its events (push, not poll)."""
+        topic = normalize_scalable(name)
+        with self._cond:
+            self._followed.add(topic)
+            if self._watch is None:
+                self._watch = self.store.watch_topics(self._watched, self._on_event)
+        return self.layout(topic, refresh=True)
+
+    def _watched(self) -> list[str]:
+        with self._cond:
+            return list(self._followed)
+
+    def _on_event(self, topic: str | None) -> None:
+        for t in ([topic] if topic else self._watched()):
+            try:
+                self._store_layout(self._read(t))
+            except PulsarTxnError as e:
+                log.warning("reloading the layout of %s failed: %s", t, e)
+
+    def wait_for_change(self, name: str, seen_epoch: int, timeout: float) -> Layout:
+        topic = normalize_scalable(name)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                lay = self._layouts.get(topic)
+                left = deadline - time.monotonic()
+                if (lay is not None and lay.epoch != seen_epoch) or left <= 0:
+                    break
+                self._cond.wait(min(left, 0.5))
+        return self.layout(topic, refresh=lay is None or lay.epoch == seen_epoch)
+
+    def check_active(self, topic: str, segment_id: int) -> None:
+        """The write fence: a fresh read, after the write registration (never cached)."""
+        raw = self.store.get_segment(topic, segment_id)
+        if raw is None or not Segment.from_json(raw).active:
+            raise SegmentSealed(f"segment {segment_id} of topic://{topic} is sealed")
+
+    # ---- admin ----
+    def create(self, name: str, segments: int = 1) -> Layout:
+        topic = normalize_scalable(name)
+        segs = initial_segments(topic, segments)
+        for s in segs:
+            self._touch(s.backing)
+        if not self.store.create_topic(topic, [s.to_json() for s in segs], len(segs)):
+            existing = self._read(topic)
+            if len(existing.segments) != segments or existing.epoch != 1:
+                raise ConfigError(f"topic://{topic} exists already with another layout")
+        return self.layout(topic, refresh=True)
+
+    def split(self, name: str, segment_id: int, at: int | None = None) -> Layout:
+        return self._change(name, lambda lay, nxt: plan_split(lay, segment_id, nxt, at))
+
+    def merge(self, name: str, a: int, b: int) -> Layout:
+        return self._change(name, lambda lay, nxt: plan_merge(lay, a, b, nxt))
+
+    def _change(self, name: str, plan: Callable) -> Layout:
+        topic = normalize_scalable(name)
+        for _ in range(10):
+            raw = self.store.get_layout(topic)
+            if raw is None:
+                raise TopicNotFound(f"scalable topic topic://{topic} does not exist")
+            lay = self._read(topic)
+            parents, kids = plan(lay, raw[1])
+            for k in kids:  # exist before anyone routes there (and can be terminated later)
+                self._touch(k.backing)
+            status, value = self.store.change_layout(
+                topic, lay.epoch, parents, [k.to_json() for k in kids], raw[1] + len(kids))
+            if status == "OK":
+                break
+            if status == "NOTACTIVE":
+                raise ConfigError(f"segment {value} of topic://{topic} is not ACTIVE")
+            if status == "NOTFOUND":
+                raise TopicNotFound(f"scalable topic topic://{topic} does not exist")
+            # STALE: another admin changed the layout first; plan again on the new one
+        else:
+            raise PulsarTxnError(f"topic://{topic}: the layout kept changing; try again")
+        return self.complete_seals(topic)
+
+    def complete_seals(self, name: str) -> Layout:
+        """Fence and fix the end of every sealed segment that has none (idempotent).
+
+        Runs after each change, and again wherever a sealed segment without an
+        end is found (an admin that crashed mid-seal).
+        """
+        topic = normalize_scalable(name)
+        lay = self._read(topic)
+        todo = [s for s in lay.segments.values() if not s.active and s.end is None]
+        if todo and not self.admin_url:
+            time.sleep(self.seal_grace_ms / 1000)  # watching producers drain (no terminate)
+        for s in todo:
+            end = self._fence(s.backing)
+            self.store.seal_end(topic, s.id, "-" if end is None else f"{end[0]}:{end[1]}")
+        return self.layout(topic, refresh=True)
+
+    def _fence(self, backing: str) -> tuple[int, int] | None:
+        if self.admin_url:
+            try:
+                ledger, entry = admin_terminate(self.admin_url, backing)
+                return None if entry < 0 else (ledger, entry)
+            except AdminError as e:
+                if e.status != 404:
+                    raise
+        return last_entry(self.pulsar, backing)
+
+    def _touch(self, backing: str) -> None:
+        self.pulsar.create_producer(backing).close()
+
+    def describe(self, name: str, count_entries: bool = True) -> dict:
+        lay = self.layout(name, refresh=True)
+        rows = []
+        for s in lay.read_order():
+            row = {"id": s.id, "range": f"{s.lo:#06x}-{s.hi:#06x}", "state": s.state,
+                   "parents": list(s.parents), "children": list(s.children),
+                   "backing": s.backing,
+                   "end": None if s.end is None else ("empty" if s.end == BEFORE_EARLIEST
+                                                      else str(s.end))}
+            if count_entries:
+                row["entries"] = count_backing_entries(self.pulsar, s.backing)
+            rows.append(row)
+        return {"topic": lay.name, "epoch": lay.epoch, "segments": rows}
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+
+def count_backing_entries(client: pulsar.Client, backing: str, idle_ms: int = 300) -> int:
+    """Messages stored in a backing topic (a scan: for describe, not for hot paths)."""
+    last = last_entry(client, backing)
+    if last is None:
+        return 0
+    reader = client.create_reader(backing, pulsar.MessageId.earliest, receiver_queue_size=2000)
+    n, seen = 0, None
+    try:
+        while True:
+            try:
+                msg = reader.read_next(idle_ms)
+            except pulsar.Timeout:
+                return n
+            mid = msg.message_id()
+            if seen is not None and mid <= seen:
+                continue  # pulsar-lite redelivers
+            seen = mid
+            n += 1
+            if (mid.ledger_id(), mid.entry_id()) >= last and mid.batch_index() < 0:
+                return n
+    finally:
+        reader.close()
+
+
+class _SegmentProducer:
+    """One segment's pulsar producer, shaped like the client Producer for WriterRun."""
+
+    def __init__(self, owner: ScalableProducer, seg: Segment, kwargs: dict) -> None:
+        self.segment = seg.backing
+        self.segment_id = seg.id
+        self.writer_id = owner.writer_id
+        self._topics = owner._topics
+        self._topic = owner.topic
+        self._p = owner._client.pulsar.create_producer(seg.backing, **kwargs)
+        self.inflight: deque[_Pending] = deque()
+
+    def fence(self) -> None:
+        self._topics.check_active(self._topic, self.segment_id)
+
+
+class _Pending:
+    __slots__ = ("value", "key", "props", "txn", "event_time_ms", "callback", "result", "mid")
+
+    def __init__(self, value, key, props, txn, event_time_ms, callback) -> None:
+        self.value, self.key, self.props = value, key, props
+        self.txn, self.event_time_ms, self.callback = txn, event_time_ms, callback
+        self.result = None
+        self.mid = None
+
+
+class ScalableProducer:
+    """Routes each keyed message to the ACTIVE segment covering its key's hash.
+
+    On a layout change it first drains its sends to the sealed segments, then
+    re-sends, in their original order, the ones the fence refused, and only
+    then sends anything to a child: a key's messages are never lost, duplicated
+    or reordered by a split or merge. Unkeyed messages are spread round-robin.
+    """
+
+    def __init__(self, client, name: str, **kwargs) -> None:
+        from pulsar_txn.client import _send_kw, _user_props
+
+        self._client = client
+        self._topics: ScalableTopics = client.scalable
+        self.topic = normalize_scalable(name)
+        self.writer_id = f"p{uuid.uuid4().hex[:16]}"
+        self._kwargs = kwargs
+        self._send_kw, self._user_props = _send_kw, _user_props
+        self._layout = self._topics.follow(self.topic)
+        self._subs: dict[int, _SegmentProducer] = {}
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(threading.Lock())
+        self._refused = False
+        self._spread = itertools.count()
+        self.reroutes = 0
+
+    @property
+    def name(self) -> str:
+        return self._layout.name
+
+    def _route(self, key) -> Segment:
+        if key is None:
+            active = self._layout.active()
+            return active[next(self._spread) % len(active)]
+        return self._layout.route(key_hash(key))
+
+    def _sub(self, seg: Segment) -> _SegmentProducer:
+        sub = self._subs.get(seg.id)
+        if sub is None:
+            sub = self._subs[seg.id] = _SegmentProducer(self, seg, self._kwargs)
+        return sub
+
+    # ---- layout changes ----
+    def _current(self) -> Layout:
+        return self._topics.layout(self.topic)
+
+    def _reroute_if_changed(self) -> None:
+        lay = self._current()
+        if lay.epoch == self._layout.epoch and not self._refused:
+            return
+        if self._refused and lay.epoch == self._layout.epoch:
+            lay = self._topics.layout(self.topic, refresh=True)
+        self._layout = lay
+        self._refused = False
+        retry: list[_Pending] = []
+        for sid in sorted(self._subs):
+            seg = lay.segments.get(sid)
+            if seg is not None and seg.active:
+                continue
+            sub = self._subs.pop(sid)
+            retry += self._drain(sub)
+        for p in retry:  # in original order, before anything newer is routed
+            self.reroutes += 1
+            mid = self._send_sync(p.value, p.key, p.props, p.txn, p.event_time_ms)
+            if p.callback:
+                p.callback(pulsar.Result.Ok, mid)
+
+    def _drain(self, sub: _SegmentProducer) -> list[_Pending]:
+        """Wait for every send to a sealed segment; return the refused ones in order."""
+        try:
+            sub._p.flush()
+        except Exception:  # TopicTerminated: the pending sends fail individually
+            pass
+        with self._cond:
+            self._cond.wait_for(lambda: all(p.result is not None for p in sub.inflight), 60)
+            refused = [p for p in sub.inflight if p.result == pulsar.Result.TopicTerminated]
+            sub.inflight.clear()
+        try:
+            sub._p.close()
+        except Exception:
+            pass
+        return refused
+
+    # ---- sends ----
+    def _send_sync(self, value: bytes, key, props: dict, txn, event_time_ms):
+        kw = self._send_kw(key, event_time_ms)
+        for _ in range(100):
+            self._reroute_if_changed()
+            sub = self._sub(self._route(key))
+            try:
+                if txn is None:
+                    return sub._p.send(value, properties=props, **kw)
+                return txn._run(sub).send(value, props, **kw)
+            except (SegmentSealed, pulsar.TopicTerminated):
+                # the seal CAS precedes every refusal: a fresh read shows the new layout
+                self._refused = True
+        raise PulsarTxnError(f"{self.name}: could not route a message after 100 layout changes")
+
+    def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
+             txn=None, event_time_ms: int | None = None):
+        props = self._user_props(properties)
+        with self._lock:
+            return self._send_sync(value, key, props, txn, event_time_ms)
+
+    def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
+                   properties: dict | None = None, txn=None,
+                   event_time_ms: int | None = None) -> None:
+        props = self._user_props(properties)
+        with self._lock:
+            self._reroute_if_changed()
+            if txn is not None:
+                txn._add_flusher(self)  # refused sends are re-sent before the commit CAS
+            pending = _Pending(value, key, props, txn, event_time_ms, callback)
+            for _ in range(100):
+                sub = self._sub(self._route(key))
+                if txn is not None and not txn._has_first(sub):
+                    # the first append of a run is synchronous (it pins the gate)
+                    mid = self._send_sync(value, key, props, txn, event_time_ms)
+                    if callback:
+                        callback(pulsar.Result.Ok, mid)
+                    return
+                with self._cond:  # forget completed sends (kept only until resolved)
+                    q = sub.inflight
+                    while q and q[0].result is not None and \
+                            q[0].result != pulsar.Result.TopicTerminated:
+                        q.popleft()
+                    q.append(pending)
+                done = self._completion(pending)
+                kw = self._send_kw(key, event_time_ms)
+                try:
+                    if txn is None:
+                        sub._p.send_async(value, done, properties=props, **kw)
+                    else:
+                        txn._run(sub).send_async(value, props, done, **kw)
+                    return
+                except (SegmentSealed, pulsar.TopicTerminated):
+                    sub.inflight.remove(pending)
+                    self._refused = True
+                    self._reroute_if_changed()
+            raise PulsarTxnError(f"{self.name}: could not route a message")
+
+    def _completion(self, pending: _Pending):
+        def done(res, mid) -> None:
+            with self._cond:
+                pending.result, pending.mid = res, mid
+                if res == pulsar.Result.TopicTerminated:
+                    self._refused = True
+                self._cond.notify_all()
+            if res != pulsar.Result.TopicTerminated and pending.callback:
+                pending.callback(res, mid)
+
+        return done
+
+    def flush(self) -> None:
+        """Wait for every send; re-route the ones a seal refused (in order)."""
+        with self._lock:
+            for sub in list(self._subs.values()):
+                try:
+                    sub._p.flush()
+                except Exception:
+                    pass
+            with self._cond:
+                for sub in self._subs.values():
+                    self._cond.wait_for(
+                        lambda s=sub: all(p.result is not None for p in s.inflight), 60)
+                    while sub.inflight and sub.inflight[0].result is not None and \
+                            sub.inflight[0].result != pulsar.Result.TopicTerminated:
+                        sub.inflight.popleft()
+            if self._refused:
+                self._reroute_if_changed()
+
+    def close(self) -> None:
+        self.flush()
+        for sub in self._subs.values():
+            sub._p.close()
+        self._subs.clear()
+
+
+class ScalableReader:
+    """READ_COMMITTED reader of a scalable topic, in the DAG's happens-before order.
+
+    A segment is read only once all its parents were read to their end, so for
+    any key every entry of a parent comes before every entry of a child. Within
+    the readable segments, messages are taken round-robin.
+    """
+
+    def __init__(self, client, name: str, start: str = "earliest", poll_ms: int = 50,
+                 **kwargs) -> None:
+        if start not in ("earliest", "latest"):
+            raise ConfigError(f"start must be 'earliest' or 'latest' for a scalable topic, "
+                              f"got {start!r}")
+        self._client = client
+        self._topics: ScalableTopics = client.scalable
+        self.topic = normalize_scalable(name)
+        self._kwargs = kwargs
+        self._poll_ms = poll_ms
+        self._layout = self._topics.follow(self.topic)
+        self._readers: dict[int, object] = {}
+        self._done: set[int] = set()
+        self._turn = 0
+        if start == "latest":
+            for s in self._layout.segments.values():
+                if not s.active:
+                    self._done.add(s.id)
+            for s in self._layout.active():
+                self._readers[s.id] = client.create_reader(s.backing, "latest", **kwargs)
+
+    @property
+    def name(self) -> str:
+        return self._layout.name
+
+    def _admit(self) -> None:
+        self._layout = self._topics.layout(self.topic)
+        for s in self._layout.read_order():
+            if s.id in self._done or s.id in self._readers:
+                continue
+            if not all(p in self._done for p in s.parents):
+                continue
+            if s.end == BEFORE_EARLIEST:
+                self._done.add(s.id)
+                continue
+            self._readers[s.id] = self._client.create_reader(s.backing, "earliest",
+                                                            **self._kwargs)
+
+    def _exhausted(self, sid: int, reader) -> bool:
+        seg = self._layout.segments[sid]
+        if seg.active:
+            return False
+        if seg.end is None:  # sealed, end not fixed yet: the sealing admin is on it
+            return False
+        got = reader._received
+        return (not reader._buf and got is not None
+                and (got.ledger_id(), got.entry_id()) >= (seg.end.ledger, seg.end.entry))
+
+    def read_next(self, timeout_millis: int | None = None):
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            self._admit()
+            ids = sorted(self._readers)
+            for i in range(len(ids)):
+                sid = ids[(self._turn + i) % len(ids)]
+                reader = self._readers[sid]
+                try:  # a short broker wait per segment (read_next(0) would not pull)
+                    msg = reader.read_next(max(2, self._poll_ms // len(ids)))
+                except ReadTimeout:
+                    if self._exhausted(sid, reader):
+                        reader.close()
+                        del self._readers[sid]
+                        self._done.add(sid)
+                    continue
+                self._turn = (self._turn + i + 1) % max(1, len(ids))
+                return msg
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ReadTimeout(f"{self.name}: no committed message in time")
+            if not ids:  # nothing readable yet: wait for a layout change (an end fixed)
+                self._topics.wait_for_change(self.topic, self._layout.epoch,
+                                             self._poll_ms / 1000)
+
+    def read_batch(self, max_messages: int, timeout_millis: int = 100) -> list:
+        out = []
+        try:
+            out.append(self.read_next(timeout_millis))
+            while len(out) < max_messages:
+                out.append(self.read_next(0))
+        except ReadTimeout:
+            pass
+        return out
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()

@@ -1,0 +1,101 @@
+"""The segment DAG as data: routing, split/merge planning, happens-before order."""
+
+import pytest
+
+from pulsar_txn.dag import (
+    HASH_SPACE,
+    SEALED,
+    Layout,
+    Segment,
+    initial_segments,
+    key_hash,
+    normalize_scalable,
+    plan_merge,
+    plan_split,
+)
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.records import BEFORE_EARLIEST, Position
+
+
+def _apply(lay: Layout, parents, kids) -> Layout:
+    segs = dict(lay.segments)
+    for p in parents:
+        old = segs[p]
+        segs[p] = Segment(old.id, old.lo, old.hi, old.backing, SEALED, old.parents,
+                          tuple(k.id for k in kids), old.created_epoch, lay.epoch + 1)
+    for k in kids:
+        segs[k.id] = k
+    return Layout(lay.topic, lay.epoch + 1, segs)
+
+
+def _layout(n: int) -> Layout:
+    return Layout("public/default/t", 1, {s.id: s for s in initial_segments("public/default/t", n)})
+
+
+def test_initial_segments_tile_the_hash_space():
+    for n in (1, 2, 3, 7, 16):
+        _layout(n).check()
+
+
+def test_every_key_routes_to_exactly_one_active_segment_after_split_and_merge():
+    lay = _layout(2)
+    lay = _apply(lay, *plan_split(lay, 0, 2))
+    lay = _apply(lay, *plan_merge(lay, 3, 1, 4))
+    lay.check()
+    for k in range(2000):
+        h = key_hash(f"k{k}")
+        assert [s.id for s in lay.active() if s.covers(h)] == [lay.route(h).id]
+
+
+def test_split_children_cover_exactly_the_parent():
+    lay = _layout(1)
+    parents, kids = plan_split(lay, 0, 1, at=100)
+    assert parents == [0]
+    assert [(k.lo, k.hi) for k in kids] == [(0, 99), (100, HASH_SPACE - 1)]
+    assert all(k.parents == (0,) for k in kids)
+
+
+def test_merge_needs_adjacent_active_siblings():
+    lay = _layout(3)
+    with pytest.raises(ConfigError, match="not adjacent"):
+        plan_merge(lay, 0, 2, 3)
+    lay2 = _apply(lay, *plan_merge(lay, 0, 1, 3))
+    with pytest.raises(ConfigError, match="not ACTIVE"):
+        plan_merge(lay2, 0, 2, 4)
+
+
+def test_read_order_puts_every_parent_before_its_children():
+    lay = _layout(2)
+    lay = _apply(lay, *plan_split(lay, 1, 2))
+    lay = _apply(lay, *plan_merge(lay, 0, 2, 4))
+    lay = _apply(lay, *plan_split(lay, 4, 5))
+    order = [s.id for s in lay.read_order()]
+    for s in lay.segments.values():
+        for p in s.parents:
+            assert order.index(p) < order.index(s.id), (p, s.id, order)
+
+
+def test_key_hash_is_stable_across_processes():
+    # CRC-32 (not Python's salted hash): every producer and reader agrees
+    assert key_hash("customer-1") == key_hash(b"customer-1") == 0xDC7D
+
+
+def test_descriptor_json_round_trips_with_end():
+    s = Segment(3, 0, 10, "persistent://a/b/c-seg-3", SEALED, (1,), (4, 5), 2, 3,
+                Position(7, 9))
+    assert Segment.from_json(s.to_json()) == s
+    empty = Segment(3, 0, 10, "x", SEALED, end=BEFORE_EARLIEST)
+    assert Segment.from_json(empty.to_json()).end == BEFORE_EARLIEST
+    assert Segment.from_json(Segment(1, 0, 1, "x").to_json()).end is None
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "persistent://a/b/c", "topic://a/b/c/d",
+                                 "topic://a/b/c d"])
+def test_bad_scalable_names_are_refused_naming_the_topic(bad):
+    with pytest.raises(ConfigError):
+        normalize_scalable(bad)
+
+
+def test_scalable_names_normalize():
+    assert normalize_scalable("topic://t/ns/x") == "t/ns/x"
+    assert normalize_scalable("x") == "public/default/x"

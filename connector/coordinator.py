@@ -9,9 +9,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable
 
-from pulsar_txn.errors import ConfigError, PulsarTxnError, TxnNotFound, TxnTimedOut
+from pulsar_txn.errors import (
+    ConfigError,
+    InvalidTxnTransition,
+    PulsarTxnError,
+    TxnNotFound,
+    TxnTimedOut,
+)
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import TxnHeader, TxnId
 from pulsar_txn.state import TxnState
@@ -20,6 +27,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_RETENTION_MS = 3_600_000
+_CLOCK_MARGIN_MS = 5_000  # local vs server clock skew tolerated before asking the server
 
 
 class TransactionCoordinator:
@@ -59,6 +67,10 @@ class TransactionCoordinator:
             raise ConfigError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
         txn_id = self.store.next_txn_id(owner)
         header = self.store.create_txn(txn_id, int(timeout_ms), owner)
+        if owner and header.state is TxnState.OPEN and self._expired(header):
+            # An earlier attempt of this owner died and nothing swept its txn: end it
+            # here (the same CAS as the sweeper) instead of failing every retry on it.
+            header = self._abort_expired(header)
         if owner and header.state is TxnState.ABORTED:
             header = self.store.create_txn(self.store.next_txn_id(owner), int(timeout_ms), owner,
                                            replace=header.txn_id)
@@ -78,6 +90,22 @@ class TransactionCoordinator:
             raise TxnTimedOut(str(txn_id))
         self._after_end(txn_id, segments)
         return header
+
+    def _expired(self, header: TxnHeader) -> bool:
+        if header.deadline_ms - time.time() * 1000 > _CLOCK_MARGIN_MS:
+            return False  # far from its deadline by any clock: no server round trip
+        return header.deadline_ms < self.store.server_time_ms()
+
+    def _abort_expired(self, header: TxnHeader) -> TxnHeader:
+        try:
+            ended, changed, _ = self.store.end_txn(header.txn_id, TxnState.ABORTED, None)
+        except InvalidTxnTransition:  # committed concurrently: that end stands
+            return self.get(header.txn_id)
+        if changed:
+            log.info("aborted %s (owner %s): past its deadline, found by a retry",
+                     header.txn_id, header.owner)
+            self._after_end(header.txn_id, None)
+        return ended
 
     def _after_end(self, txn_id: TxnId, segments: Iterable[str] | None) -> None:
         """Materialize now, off the decision path: the CAS already decided (O(1)).

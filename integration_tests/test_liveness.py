@@ -76,3 +76,25 @@ def test_waiting_reader_woken_by_commit_without_polling(make_client, redis_serve
     # a polling reader would issue hundreds of gate queries in 2 s; a pushed one none
     assert gate_queries == 0 and busy <= 2, idle
     assert latency_ms < 1000
+
+
+def test_owner_retry_after_an_unswept_timeout_gets_a_fresh_txn(make_client, topic_name):
+    """A Spark batch whose attempt died, retried after its txn expired with no sweeper
+    running anywhere: the retry ends the expired txn (same CAS) instead of failing on it
+    forever, and the expired txn's entries never show."""
+    from pulsar_txn.client import Transaction
+
+    client = make_client(sweeper=False)
+    t = topic_name()
+    p = client.create_producer(t)
+    first = Transaction(client, client.coordinator.new_transaction(300, owner="sink-x:3"))
+    p.send(b"dead attempt", txn=first)
+    time.sleep(0.45)  # past the deadline; nothing sweeps
+    assert client.coordinator.get(first.id).state is TxnState.OPEN
+    retry = Transaction(client, client.coordinator.new_transaction(60_000, owner="sink-x:3"))
+    assert retry.id != first.id and retry.header.state is TxnState.OPEN
+    assert client.coordinator.get(first.id).state is TxnState.ABORTED
+    p.send(b"retry", txn=retry)
+    retry.commit()
+    assert values(client.create_reader(t)) == [b"retry"]
+    assert client.store.open_txns() == []

@@ -92,3 +92,27 @@ def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, na
     assert attempts["a1"] > 0, "no speculative attempt ran: the test proved nothing"
     assert _committed(client, topic) == expected
     assert observer.finish() == expected
+
+
+def test_sink_replay_after_the_failed_batch_txn_expired_unswept(
+        make_client, broker, redis_server, namespace, topic_name, tmp_path):
+    """Nothing sweeps while the query is down; it restarts after the batch's txn expired.
+    The replay must not fail on the expired txn, and the output is exactly once."""
+    import time
+
+    from pulsar_txn.client import read_all
+
+    client = make_client(sweeper=False)  # no sweeper anywhere but the query's own driver
+    topic, expected = topic_name("sink-t"), write_inputs(tmp_path / "in", 3, 30)
+    crashed = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
+                      fault="crash-before-commit:1", timeout_ms=2000)
+    assert crashed.returncode != 0, crashed.stdout
+    stale = client.store.open_txns()
+    assert len(stale) == 1, stale  # batch 1's txn, abandoned OPEN
+    time.sleep(2.5)
+    done = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
+                   timeout_ms=2000)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert Counter(m.value for m in read_all(client.create_reader(topic), 1500)) == expected
+    assert client.coordinator.get(stale[0][0]).state.value == "ABORTED"
+    assert client.store.open_txns() == []

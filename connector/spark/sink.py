@@ -185,6 +185,25 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
         client.close()
 
 
+_last_sweep = [0.0]
+
+
+def _sweep_timeouts(coord, every_s: float = 1.0) -> None:
+    """The driver aborts expired txns (failed batches, dead tasks) while the query runs,
+    so none stays OPEN past its timeout even where no client runs a sweeper."""
+    import time
+
+    now = time.monotonic()
+    if now - _last_sweep[0] < every_s:
+        return
+    _last_sweep[0] = now
+    try:
+        for t in coord.sweep_timeouts():
+            log.info("pulsar-txn: aborted %s, past its timeout", t)
+    except PulsarTxnError as e:
+        log.warning("pulsar-txn timeout sweep failed (next batch retries): %s", e)
+
+
 class StreamSinkWriter:
     """Mixin-free core of the streaming writer (the Spark classes delegate here)."""
 
@@ -255,6 +274,7 @@ class StreamSinkWriter:
             if _fault(self.opts, "crash-before-commit", batch_id):
                 _kill_driver(f"before commit of batch {batch_id}")
             coord = TransactionCoordinator(store, materialize_inline=True)
+            _sweep_timeouts(coord)
             winners = sorted({m.writer for m in msgs})
             segments = sorted({s for m in msgs for s in m.segments})
             coord.commit(txn_id, winners, segments)

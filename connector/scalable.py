@@ -65,6 +65,16 @@ class TopicNotFound(PulsarTxnError, LookupError):
     pass
 
 
+def read_layout(store: MetadataStore, topic: str) -> Layout | None:
+    """One consistent read of a topic's DAG (None: no such scalable topic)."""
+    raw = store.get_layout(normalize_scalable(topic))
+    if raw is None:
+        return None
+    epoch, _next, segs = raw
+    return Layout(normalize_scalable(topic), epoch,
+                  {i: Segment.from_json(v) for i, v in segs.items()})
+
+
 class ScalableTopics:
     """Admin operations and a watched layout cache for the scalable topics of one client."""
 
@@ -81,12 +91,11 @@ class ScalableTopics:
 
     # ---- layout cache (kept current by the topic watch) ----
     def _read(self, topic: str) -> Layout:
-        raw = self.store.get_layout(topic)
-        if raw is None:
+        lay = read_layout(self.store, topic)
+        if lay is None:
             raise TopicNotFound(f"scalable topic topic://{topic} does not exist "
                                 "(create it: pulsar-txn topic create)")
-        epoch, _next, segs = raw
-        return Layout(topic, epoch, {i: Segment.from_json(v) for i, v in segs.items()})
+        return lay
 
     def layout(self, name: str, refresh: bool = False) -> Layout:
         topic = normalize_scalable(name)

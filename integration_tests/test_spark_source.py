@@ -135,8 +135,17 @@ def test_source_rejects_bad_options_naming_them(spark, broker, redis_server, nam
         _reader(spark, broker, redis_server, namespace, topic="t",
                 maxRecordsPerTrigger="lots").writeStream.format("memory").queryName(
                     f"bad_{namespace}").start().awaitTermination(30)
-    with pytest.raises(Exception, match="exactly one of the options 'topic' or 'topics'"):
+    with pytest.raises(Exception, match="exactly one of the options 'topic', 'topics'"):
         _reader(spark, broker, redis_server, namespace, stream=False).collect()
+    with pytest.raises(Exception, match="'topicsPattern' is not a regular expression"):
+        _reader(spark, broker, redis_server, namespace, stream=False,
+                topicsPattern="topic://public/default/(").collect()
+    with pytest.raises(Exception, match="'subscription'.*streaming queries only"):
+        _reader(spark, broker, redis_server, namespace, stream=False, topic="t",
+                subscription="s").collect()
+    with pytest.raises(Exception, match="is_read_compacted.*not a pulsar-client setting"):
+        _reader(spark, broker, redis_server, namespace, stream=False, topic="t",
+                **{"pulsar.reader.is_read_compacted": "true"}).collect()
 
 
 def test_source_starting_timestamp(spark, client, broker, redis_server, namespace,

@@ -51,7 +51,6 @@ from .source import (
     BatchSource,
     SegmentPartition,
     StreamSource,
-    plan_partitions,
     read_partition,
 )
 
@@ -76,15 +75,17 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def prepareForTriggerAvailableNow(self) -> None:
         self._core.prepare_available_now()
 
+    def reportLatestOffset(self) -> dict | None:
+        return self._core.report_latest_offset()
+
     def partitions(self, start: dict, end: dict):
-        return plan_partitions(start, end, self._core.opts.min_partitions,
-                               self._core.planner.first_entry)
+        return self._core.partitions(start, end)
 
     def read(self, partition):
         return read_partition(self._core.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass  # positions live in Spark's checkpoint; nothing to release in Pulsar
+        self._core.commit(end)  # advances the optional 'subscription'; offsets are Spark's
 
     def stop(self) -> None:
         self._core.stop()

@@ -16,9 +16,10 @@ from pulsar_txn.errors import ConfigError
 SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
-SOURCE = COMMON | {"topic", "topics", "startingoffsets", "endingoffsets", "maxrecordspertrigger",
-                   "minrecordspertrigger", "maxtriggerdelay", "startingtimestamp",
-                   "failondataloss", "datatimeoutms", "minpartitions"}
+SOURCE = COMMON | {"topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
+                   "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
+                   "maxtriggerdelay", "startingtimestamp", "failondataloss", "datatimeoutms",
+                   "minpartitions", "subscription", "admin.url"}
 
 
 def sink_id_for_checkpoint(location: str) -> str:
@@ -207,20 +208,51 @@ class SourceOptions:
     data_timeout_ms: int = 30_000  # how long a planned entry may take to arrive
     min_partitions: int = 1
     client: dict = field(default_factory=dict)
+    reader: dict = field(default_factory=dict)
+    max_bytes: int | None = None
+    pattern: str | None = None  # topicsPattern: re-resolved at every trigger
+    subscription: str | None = None
+    admin_url: str | None = None
 
     @classmethod
     def from_options(cls, options, batch: bool = False) -> SourceOptions:
+        import re
+
         import pulsar
 
+        from pulsar_txn.admin import check_admin_url
+        from pulsar_txn.dag import is_scalable, normalize_scalable
         from pulsar_txn.topics import normalize_topic
 
-        opts, service, metastore = _checked(options, "source", SOURCE, ("pulsar.client.",))
-        given = [k for k in ("topic", "topics", "path") if opts.get(k)]
+        opts, service, metastore = _checked(options, "source", SOURCE,
+                                            ("pulsar.client.", "pulsar.reader."))
+        given = [k for k in ("topic", "topics", "topicspattern", "path") if opts.get(k)]
         if len(given) != 1:
-            raise ConfigError("set exactly one of the options 'topic' or 'topics' "
-                              f"(got {given or 'none'})")
-        raw_topics = opts[given[0]].split(",") if given[0] == "topics" else [opts[given[0]]]
-        topics = tuple(sorted({normalize_topic(t.strip()) for t in raw_topics if t.strip()}))
+            raise ConfigError("set exactly one of the options 'topic', 'topics' or "
+                              f"'topicsPattern' (got {given or 'none'})")
+        pattern = None
+        if given[0] == "topicspattern":
+            pattern = opts["topicspattern"]
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ConfigError(f"option 'topicsPattern' is not a regular expression: "
+                                  f"{pattern!r} ({e})") from None
+            raw_topics = []
+        else:
+            raw_topics = (opts[given[0]].split(",") if given[0] == "topics"
+                          else [opts[given[0]]])
+
+        def norm(t: str) -> str:
+            return "topic://" + normalize_scalable(t) if is_scalable(t) else normalize_topic(t)
+
+        topics = tuple(sorted({norm(t.strip()) for t in raw_topics if t.strip()}))
+        subscription = opts.get("subscription") or None
+        if subscription is not None and (batch or not re.match(r"^[A-Za-z0-9_.\-]{1,200}$",
+                                                                subscription)):
+            raise ConfigError("option 'subscription' must be a Pulsar subscription name "
+                              "(letters, digits, '_', '-', '.') and applies to streaming "
+                              f"queries only, got {subscription!r}")
         starting = _offsets(opts, "startingoffsets") or ("earliest" if batch else "latest")
         ts = _int(opts, "startingtimestamp", None)
         if ts is not None and opts.get("startingoffsets"):
@@ -232,7 +264,8 @@ class SourceOptions:
         if ending == "earliest":
             raise ConfigError("option 'endingOffsets' cannot be 'earliest'")
         for offs, key in ((starting, "startingOffsets"), (ending, "endingOffsets")):
-            if isinstance(offs, dict) and set(offs) - set(topics):
+            if isinstance(offs, dict) and pattern is None and not any(
+                    t.startswith("topic://") for t in topics) and set(offs) - set(topics):
                 raise ConfigError(f"option {key!r} names topics that are not read: "
                                   f"{sorted(set(offs) - set(topics))}")
         return cls(
@@ -247,4 +280,16 @@ class SourceOptions:
             data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
             min_partitions=_int(opts, "minpartitions", 1, minimum=1),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
+            reader=_passthrough(opts, "pulsar.reader.", _reader_settings),
+            max_bytes=_int(opts, "maxbytespertrigger", None, minimum=1),
+            pattern=pattern, subscription=subscription,
+            admin_url=check_admin_url(opts.get("admin.url"), "option 'admin.url'"),
         )
+
+
+def _reader_settings(receiver_queue_size=None, reader_name=None, subscription_role_prefix=None):
+    """The ``pulsar.reader.*`` settings the source passes to ``Client.create_reader``.
+
+    The start position, listener and schema are the source's own; compacted reads
+    are refused because they would break stable replay (invariant 3).
+    """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,33 @@ class SegmentPartition(InputPartition):
     segment: str
     start: str  # exclusive
     end: str    # inclusive
+    topic: str = ""  # what the user reads: topic:// for a scalable topic's segment
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One segment to plan now: a plain topic, or a scalable topic's readable segment."""
+
+    topic: str
+    segment: str
+    cap: Pos | None = None         # a sealed segment's end: never plan past it
+    lac: tuple[int, int] | None = None  # known last entry (sealed: its end), else probed
+    hold: bool = False             # sealed, end not fixed yet: do not advance
+
+
+_SEGMENT = re.compile(r"^persistent://(.+)-seg-(\d+)$")
+
+
+def complete(seg, pos: Pos) -> bool:
+    """A sealed segment read up to its fixed end: its children may be planned."""
+    from pulsar_txn.records import BEFORE_EARLIEST
+
+    if seg.active or seg.end is None:
+        return False
+    if seg.end == BEFORE_EARLIEST:
+        return True
+    end = (seg.end.ledger, seg.end.entry)
+    return pos[:2] > end or (pos[:2] == end and pos[2] in (-1, WHOLE_ENTRY))
 
 
 class Planner:
@@ -73,23 +101,149 @@ class Planner:
         self.pulsar = pulsar.Client(opts.service_url, **{"logger": quiet_logger(),
                                                          **opts.client})
         self._max_read_position = max_read_position
+        self._topic_of: dict[str, str] = {}
+        self._consumers: dict[str, bool] = {}  # segments whose subscription exists
+        self._acked: dict[str, Pos] = {}
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
         from pulsar_txn.topics import last_entry
 
         return last_entry(self.pulsar, segment)
 
-    def gate(self, segment: str, start: Pos) -> Pos:
+    def gate(self, segment: str, start: Pos, lac: tuple[int, int] | None = None) -> Pos:
         """Highest position that may be planned now: min(LAC, first OPEN write - 1)."""
+        return self.gate_and_lac(segment, start, lac)[0]
+
+    def gate_and_lac(self, segment: str, start: Pos, lac: tuple[int, int] | None = None
+                     ) -> tuple[Pos, tuple[int, int] | None, int]:
+        """(gate, last confirmed entry, open txns holding the gate below it)."""
         from pulsar_txn.records import Position
 
-        lac = self.last_entry(segment)
+        lac = self.last_entry(segment) if lac is None else lac
         if lac is None:
-            return start
+            return start, None, 0
         previous = Position(start[0], start[1]) if start != BEFORE else Position(-1, -1)
-        g = self._max_read_position(Position(*lac), self.store.open_writes(segment), previous)
+        open_writes = self.store.open_writes(segment)
+        g = self._max_read_position(Position(*lac), open_writes, previous)
+        holding = len({w.txn_id for w in open_writes
+                       if w.first is None or (w.first.ledger, w.first.entry) <= lac})
         entry = (g.ledger, g.entry, WHOLE_ENTRY)
-        return entry if entry > start else start
+        return (entry if entry > start else start), lac, holding
+
+    # ---- what to read: topics, patterns, scalable topics' segments ----
+    def resolve(self) -> tuple[str, ...]:
+        """The topics read now; a ``topicsPattern`` is matched again at every call."""
+        if self.opts.pattern is None:
+            return self.opts.topics
+        from pulsar_txn.admin import admin_request
+
+        pat = re.compile(self.opts.pattern)
+        names = {f"topic://{t}" for t in self.store.list_topics()}
+        m = re.match(r"^(persistent)://([^/]+)/([^/]+)/", self.opts.pattern)
+        if m:
+            if not self.opts.admin_url:
+                raise ConfigError(
+                    "option 'topicsPattern' over persistent:// topics needs option 'admin.url' "
+                    "(the broker's REST admin URL) to list them; pulsar-lite has none: use "
+                    "'topics' or topic:// scalable topics")
+            listed = admin_request(self.opts.admin_url, "GET",
+                                   f"/admin/v2/persistent/{m.group(2)}/{m.group(3)}") or []
+            names |= {t for t in listed if not _SEGMENT.match(t) or not self.topic_of(t)
+                      .startswith("topic://")}
+        return tuple(sorted(n for n in names if pat.fullmatch(n)))
+
+    def layout(self, topic: str):
+        from pulsar_txn.scalable import read_layout
+
+        lay = read_layout(self.store, topic[len("topic://"):])
+        if lay is None:
+            raise ConfigError(f"scalable topic {topic} does not exist")
+        return lay
+
+    def units(self, cur: dict[str, Pos]) -> list[Unit]:
+        """Segments to plan from ``cur``: a scalable topic's child only once every
+        parent was read to its end in ``cur`` (so a key's parent rows come in earlier
+        micro-batches than its child rows)."""
+        out: list[Unit] = []
+        for name in self.resolve():
+            if not name.startswith("topic://"):
+                out.append(Unit(name, name))
+                continue
+            lay = self.layout(name)
+            done = {s.id for s in lay.segments.values()
+                    if complete(s, cur.get(s.backing, BEFORE))}
+            for s in lay.read_order():
+                if s.id in done or not all(p in done for p in s.parents):
+                    continue
+                if not s.active and s.end is None:
+                    out.append(Unit(name, s.backing, hold=True))
+                elif not s.active:
+                    end = (s.end.ledger, s.end.entry)
+                    out.append(Unit(name, s.backing, (*end, WHOLE_ENTRY), end))
+                else:
+                    out.append(Unit(name, s.backing))
+        return out
+
+    def all_segments(self, name: str) -> list[Unit]:
+        """Every segment of a topic (plain: itself), for starting positions."""
+        if not name.startswith("topic://"):
+            return [Unit(name, name)]
+        out = []
+        for s in self.layout(name).read_order():
+            if s.active:
+                out.append(Unit(name, s.backing))
+            elif s.end is None:
+                out.append(Unit(name, s.backing, hold=True))
+            else:
+                end = (s.end.ledger, s.end.entry)
+                out.append(Unit(name, s.backing, (*end, WHOLE_ENTRY), end))
+        return out
+
+    def topic_of(self, segment: str) -> str:
+        """The user-facing topic of a segment (``topic://…`` for a scalable one)."""
+        hit = self._topic_of.get(segment)
+        if hit is None:
+            m = _SEGMENT.match(segment)
+            hit = segment
+            if m:
+                from pulsar_txn.scalable import read_layout
+
+                lay = read_layout(self.store, m.group(1))
+                if lay is not None and lay.by_backing(segment) is not None:
+                    hit = f"topic://{m.group(1)}"
+            self._topic_of[segment] = hit
+        return hit
+
+    # ---- the optional subscription the source advances at commit ----
+    def _subscribe(self, segment: str):
+        import pulsar
+
+        return self.pulsar.subscribe(
+            segment, self.opts.subscription, consumer_type=pulsar.ConsumerType.Failover,
+            initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=1)
+
+    def subscription_consumer(self, segment: str) -> None:
+        """Create the subscription at the query's start (its backlog = all unread)."""
+        if segment not in self._consumers:
+            self._subscribe(segment).close()
+            self._consumers[segment] = True
+
+    def advance_subscription(self, end: dict[str, Pos]) -> None:
+        """Cumulative ack, then close: Spark never calls a Python reader's stop(), and
+        closing is what flushes the client's grouped acks to the broker."""
+        import pulsar
+
+        for segment, pos in sorted(end.items()):
+            if pos == BEFORE or self._acked.get(segment) == pos:
+                continue
+            c = self._subscribe(segment)
+            try:
+                batch = -1 if pos[2] == WHOLE_ENTRY else pos[2]
+                c.acknowledge_cumulative(pulsar.MessageId(-1, pos[0], pos[1], batch))
+            finally:
+                c.close()
+            self._consumers[segment] = True
+            self._acked[segment] = pos
 
     def before_time(self, segment: str, ts_ms: int) -> Pos:
         """The offset just before the first message published at or after ``ts_ms``.
@@ -99,7 +253,7 @@ class Planner:
         """
         end = self.gate(segment, BEFORE)
         last = BEFORE
-        for pos, raw in scan(self.pulsar, segment, BEFORE, end):
+        for pos, raw in scan(self.pulsar, segment, BEFORE, end, reader=self.opts.reader):
             if raw.publish_timestamp() >= ts_ms:
                 return last
             last = pos
@@ -107,20 +261,27 @@ class Planner:
 
     def first_entry(self, segment: str) -> tuple[int, int] | None:
         for pos, _ in scan(self.pulsar, segment, BEFORE, (2**62, 0, 0), timeout_ms=5_000,
-                           fail_on_data_loss=False):
+                           fail_on_data_loss=False, reader=self.opts.reader):
             return pos[0], pos[1]
         return None
 
-    def count_until(self, segment: str, start: Pos, end: Pos, budget: int
-                    ) -> tuple[Pos, int]:
-        """Walk messages after ``start`` up to ``end``; stop after ``budget`` of them."""
-        n, last = 0, start
-        for pos, _ in scan(self.pulsar, segment, start, end):
+    def count_until(self, segment: str, start: Pos, end: Pos, budget: int,
+                    byte_budget: int | None = None) -> tuple[Pos, int, int]:
+        """Walk messages after ``start`` up to ``end``; stop after ``budget`` of them or
+        before passing ``byte_budget`` payload bytes (at least one message: progress).
+        Returns (last position, messages, bytes)."""
+        n, size, last = 0, 0, start
+        for pos, raw in scan(self.pulsar, segment, start, end, reader=self.opts.reader):
+            if byte_budget is not None:
+                nbytes = len(raw.data())
+                if n > 0 and size + nbytes > byte_budget:
+                    break
+                size += nbytes
             n += 1
             last = pos
-            if n >= budget:
+            if n >= budget or (byte_budget is not None and size >= byte_budget):
                 break
-        return last, n
+        return last, n, size
 
     def close(self) -> None:
         self.pulsar.close()
@@ -132,7 +293,8 @@ class DataLoss(PulsarTxnError):
 
 
 def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
-         fail_on_data_loss: bool = True) -> Iterator[tuple[Pos, object]]:
+         fail_on_data_loss: bool = True, reader: dict | None = None
+         ) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters, rather than
@@ -147,7 +309,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     else:
         mid, inclusive = pulsar.MessageId(-1, start[0], start[1], -1), True
     reader = client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
-                                  receiver_queue_size=2000)
+                                  **{"receiver_queue_size": 2000, **(reader or {})})
     native = reader._reader
     last: Pos | None = None
     try:
@@ -221,7 +383,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                         continue
                 cols["key"].append(raw.partition_key() or None)
                 cols["value"].append(raw.data())
-                cols["topic"].append(part.segment)
+                cols["topic"].append(part.topic or part.segment)
                 cols["segment"].append(part.segment)
                 cols["messageId"].append(encode(pos))
                 cols["publishTime"].append(raw.publish_timestamp() * 1000)
@@ -236,7 +398,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
 
         for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
                              timeout_ms=opts.data_timeout_ms,
-                             fail_on_data_loss=opts.fail_on_data_loss):
+                             fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
             props = raw.properties()
             t = props.get(PROP_TXN)
             pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
@@ -265,7 +427,7 @@ def _split(start: Pos, end: Pos, pieces: int) -> list[tuple[Pos, Pos]]:
 
 
 def plan_partitions(start: dict, end: dict, min_partitions: int = 1,
-                    first_entry=None) -> list[SegmentPartition]:
+                    first_entry=None, topic_of=None) -> list[SegmentPartition]:
     """One partition per segment range, split further when ``min_partitions`` asks.
 
     ``first_entry(segment)`` places a range that starts before the earliest entry,
@@ -285,7 +447,7 @@ def plan_partitions(start: dict, end: dict, min_partitions: int = 1,
             placed.append((t, lo, hi))
         ranges = placed
     per_segment = -(-min_partitions // max(1, len(ranges)))  # ceil
-    return [SegmentPartition(t, encode(a), encode(b))
+    return [SegmentPartition(t, encode(a), encode(b), topic_of(t) if topic_of else t)
             for t, lo, hi in ranges for a, b in _split(lo, hi, per_segment)]
 
 
@@ -297,6 +459,8 @@ class StreamSource:
         self._planner: Planner | None = None
         self._target: dict[str, Pos] | None = None  # Trigger.AvailableNow cap
         self._waiting_since: float | None = None
+        self._report: dict | None = None
+        self._logged: tuple | None = None
 
     @property
     def planner(self) -> Planner:
@@ -304,61 +468,141 @@ class StreamSource:
             self._planner = Planner(self.opts)
         return self._planner
 
+    def _units(self) -> list[Unit]:
+        return [u for name in self.planner.resolve() for u in self.planner.all_segments(name)]
+
     def initial_offset(self) -> dict:
+        units = self._units()
         if self.opts.starting_timestamp_ms is not None:
             ts = self.opts.starting_timestamp_ms
-            return to_offset({t: self.planner.before_time(t, ts) for t in self.opts.topics})
+            return to_offset({u.segment: self.planner.before_time(u.segment, ts) for u in units})
         s = self.opts.starting
         if s == "earliest":
-            return to_offset({t: BEFORE for t in self.opts.topics})
-        if s == "latest":
-            return to_offset({t: self.planner.gate(t, BEFORE) for t in self.opts.topics})
-        return to_offset({t: s.get(t, BEFORE) for t in self.opts.topics})
+            return to_offset({u.segment: BEFORE for u in units})
+        if s == "latest":  # sealed segments count as read to their end
+            return to_offset({u.segment: u.cap if u.cap else
+                              BEFORE if u.hold else self.planner.gate(u.segment, BEFORE)
+                              for u in units})
+        return to_offset({u.segment: s.get(u.segment, BEFORE) for u in units})
 
     def latest_offset(self, start: dict, limit) -> dict:
-        from pyspark.sql.streaming.datasource import ReadMaxRows, ReadMinRows
+        from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, ReadMinRows
 
         cur = from_offset(start)
-        ends = {t: self.planner.gate(t, cur.get(t, BEFORE)) for t in self.opts.topics}
-        if self._target is not None:
-            ends = {t: min(p, self._target.get(t, p)) for t, p in ends.items()}
-        if isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
-            for t in self.opts.topics:
-                s = cur.get(t, BEFORE)
-                if budget <= 0:
-                    ends[t] = s
+        units = self.planner.units(cur)
+        ends: dict[str, Pos] = dict(cur)
+        latest: dict[str, str] = {}
+        behind = holding = 0
+        for u in units:
+            s = cur.get(u.segment, BEFORE)
+            if u.hold:
+                ends[u.segment] = s
+                continue
+            g, lac, held = self.planner.gate_and_lac(u.segment, s, u.lac)
+            if u.cap is not None:
+                g = min(g, u.cap)
+            if self._target is not None:
+                g = min(g, self._target.get(u.segment, s))
+            ends[u.segment] = max(g, s)
+            holding += held
+            if lac is not None:
+                latest[u.segment] = f"{lac[0]}:{lac[1]}"
+                behind += _entries_between(ends[u.segment], lac)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_records
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes
+        if max_rows is not None or max_bytes is not None:
+            rows, size = max_rows or 2**62, max_bytes
+            for u in units:
+                s = cur.get(u.segment, BEFORE)
+                if ends[u.segment] <= s:
                     continue
-                ends[t], n = self.planner.count_until(t, s, ends[t], budget)
-                budget -= n
+                if rows <= 0 or (size is not None and size <= 0):
+                    ends[u.segment] = s
+                    continue
+                ends[u.segment], n, nbytes = self.planner.count_until(
+                    u.segment, s, ends[u.segment], rows, size)
+                rows -= n
+                if size is not None:
+                    size -= nbytes
         elif isinstance(limit, ReadMinRows):
-            available = sum(self.planner.count_until(t, cur.get(t, BEFORE), ends[t],
-                                                     limit.min_rows)[1]
-                            for t in self.opts.topics)
+            available = sum(self.planner.count_until(u.segment, cur.get(u.segment, BEFORE),
+                                                     ends[u.segment], limit.min_rows)[1]
+                            for u in units if ends[u.segment] > cur.get(u.segment, BEFORE))
             now = time.monotonic()
             if available < limit.min_rows:
                 self._waiting_since = self._waiting_since or now
                 if now - self._waiting_since < self.opts.max_trigger_delay_ms / 1000:
-                    return start
-            self._waiting_since = None
-        return to_offset({t: max(p, cur.get(t, BEFORE)) for t, p in ends.items()})
+                    ends = dict(cur)
+            if ends != cur:
+                self._waiting_since = None
+        if self.opts.subscription:
+            for u in units:
+                self.planner.subscription_consumer(u.segment)
+            # Spark's loop is construct -> run -> commit log -> construct: the start of
+            # a new plan is the end of a committed batch (after a crash the last batch
+            # is re-run first, without latestOffset). Acking here also covers the last
+            # batch of Trigger.AvailableNow, for which commit() never comes.
+            self.planner.advance_subscription(cur)
+        self._metrics(latest, behind, holding, len(units))
+        return to_offset(ends)
+
+    def _metrics(self, latest: dict, behind: int, holding: int, segments: int) -> None:
+        """Progress: shown as the source's latestOffset in each query progress."""
+        self._report = {"latest": latest, "entriesBehindLatest": behind,
+                        "openTxnsHoldingGate": holding, "segmentsRead": segments}
+        state = (behind, holding, segments)
+        if state != self._logged:
+            self._logged = state
+            log.info("pulsar-txn source: %d entries behind latest on %d segments; %d open "
+                     "transactions hold the gate", behind, segments, holding)
+
+    def report_latest_offset(self) -> dict | None:
+        return self._report
+
+    def partitions(self, start: dict, end: dict) -> list[SegmentPartition]:
+        return plan_partitions(start, end, self.opts.min_partitions, self.planner.first_entry,
+                               self.planner.topic_of)
+
+    def commit(self, end: dict) -> None:
+        """Spark committed the batch ending at ``end``: advance the optional subscription."""
+        if self.opts.subscription:
+            self.planner.advance_subscription(from_offset(end))
 
     def default_read_limit(self):
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+        from pyspark.sql.streaming.datasource import (
+            ReadAllAvailable,
+            ReadMaxBytes,
+            ReadMaxRows,
+            ReadMinRows,
+        )
 
         if self.opts.max_records is not None:
             return ReadMaxRows(self.opts.max_records)
+        if self.opts.max_bytes is not None:
+            return ReadMaxBytes(self.opts.max_bytes)
         if self.opts.min_records is not None:
             return ReadMinRows(self.opts.min_records)
         return ReadAllAvailable()
 
     def prepare_available_now(self) -> None:
-        self._target = {t: self.planner.gate(t, BEFORE) for t in self.opts.topics}
+        self._target = {u.segment: (u.cap if u.cap else self.planner.gate(u.segment, BEFORE,
+                                                                             u.lac))
+                        for u in self._units() if not u.hold}
 
     def stop(self) -> None:
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+
+
+def _entries_between(end: Pos, lac: tuple[int, int]) -> int:
+    """Entries after ``end`` up to ``lac``: exact within a ledger (entry ids are dense);
+    across ledgers, the entries of the last ledger (a lower bound)."""
+    if (end[0], end[1]) >= lac:
+        return 0
+    if end[0] == lac[0]:
+        return lac[1] - end[1]
+    return lac[1] + 1
 
 
 class BatchSource:
@@ -372,14 +616,32 @@ class BatchSource:
             if s == "latest":
                 raise ConfigError("option 'startingOffsets' cannot be 'latest' in a batch query")
             ts = self.opts.starting_timestamp_ms
-            start = {t: (s.get(t, BEFORE) if isinstance(s, dict) else
-                         planner.before_time(t, ts) if ts is not None else BEFORE)
-                     for t in self.opts.topics}
             e = self.opts.ending
-            end = {t: (e[t] if isinstance(e, dict) and t in e else planner.gate(t, start[t]))
-                   for t in self.opts.topics}
+
+            def first(seg: str) -> Pos:
+                return (s.get(seg, BEFORE) if isinstance(s, dict) else
+                        planner.before_time(seg, ts) if ts is not None else BEFORE)
+
+            start: dict[str, Pos] = {}
+            end: dict[str, Pos] = {}
+            # A scalable topic's child joins once its parents are planned to their end:
+            # iterate to the fixpoint, so the snapshot never holds a key's later rows
+            # (in a child) without its earlier ones (in a parent).
+            while True:
+                units = [u for u in planner.units({**start, **end}) if u.segment not in end]
+                if not units:
+                    break
+                for u in units:
+                    start[u.segment] = first(u.segment)
+                    if isinstance(e, dict) and u.segment in e:
+                        end[u.segment] = e[u.segment]
+                    elif u.hold:
+                        end[u.segment] = start[u.segment]
+                    else:
+                        g = planner.gate(u.segment, start[u.segment], u.lac)
+                        end[u.segment] = min(g, u.cap) if u.cap else g
             return plan_partitions(to_offset(start), to_offset(end), self.opts.min_partitions,
-                                   planner.first_entry)
+                                   planner.first_entry, planner.topic_of)
         finally:
             planner.close()
 

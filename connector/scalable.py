@@ -303,13 +303,13 @@ class ScalableProducer:
     or reordered by a split or merge. Unkeyed messages are spread round-robin.
     """
 
-    def __init__(self, client, name: str, **kwargs) -> None:
+    def __init__(self, client, name: str, writer_id: str | None = None, **kwargs) -> None:
         from pulsar_txn.client import _send_kw, _user_props
 
         self._client = client
         self._topics: ScalableTopics = client.scalable
         self.topic = normalize_scalable(name)
-        self.writer_id = f"p{uuid.uuid4().hex[:16]}"
+        self.writer_id = writer_id or f"p{uuid.uuid4().hex[:16]}"
         self._kwargs = kwargs
         self._send_kw, self._user_props = _send_kw, _user_props
         self._layout = self._topics.follow(self.topic)

@@ -24,6 +24,15 @@ def normalize_topic(topic: str) -> str:
     return topic
 
 
+def normalize_any(topic: str) -> str:
+    """A scalable ``topic://`` name or a ``persistent://`` one, each normalized."""
+    from pulsar_txn.dag import is_scalable, normalize_scalable
+
+    if is_scalable(topic):
+        return "topic://" + normalize_scalable(topic)
+    return normalize_topic(topic)
+
+
 def last_entry(client, topic: str) -> tuple[int, int] | None:
     """The broker's last confirmed entry of a topic, from a throw-away subscription.
 

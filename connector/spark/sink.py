@@ -125,13 +125,76 @@ class _PlainRun:
             raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
 
 
+class _ScalableWrites:
+    """A task's writes to ``topic://`` targets: rows routed by key hash to the ACTIVE
+    segments, re-routed in order if a split or merge seals one mid-batch (the same
+    ScalableProducer the client API uses), under the batch's txn as the task's writer."""
+
+    def __init__(self, opts: SinkOptions, client, store, txn_id: TxnId | None,
+                 writer: str, producer_kw: dict) -> None:
+        from pulsar_txn.client import Transaction
+        from pulsar_txn.scalable import ScalableTopics
+
+        self._own_store = store is None  # transactional=false: no store was opened yet
+        if store is None:
+            from pulsar_txn.metastore import open_store
+
+            store = open_store(opts.metastore_url, namespace=opts.namespace)
+        self.pulsar, self.store, self.writer = client, store, writer
+        self.scalable = ScalableTopics(store, client)
+        self._kw = producer_kw
+        self.producers: dict[str, object] = {}
+        self.txn = None
+        if txn_id is not None:
+            header = store.get_header(txn_id)
+            if header is None:
+                raise PulsarTxnError(f"transaction {txn_id} not found")
+            self.txn = Transaction(self, header)
+        self.errors: list[str] = []
+
+    def _failed(self, res, _msg_id) -> None:
+        if res != pulsar.Result.Ok:
+            self.errors.append(str(res))
+
+    def send(self, topic: str, value: bytes, key, props, event_time_ms) -> None:
+        from pulsar_txn.scalable import ScalableProducer
+
+        p = self.producers.get(topic)
+        if p is None:
+            p = self.producers[topic] = ScalableProducer(self, topic, writer_id=self.writer,
+                                                         **self._kw)
+        p.send_async(value, self._failed, key=key, properties=props, txn=self.txn,
+                     event_time_ms=event_time_ms)
+
+    def flush(self) -> list[str]:
+        """Every append acknowledged (re-routed ones included); the segments written."""
+        for p in self.producers.values():
+            p.flush()
+        if self.txn is not None:
+            for run in list(self.txn._runs.values()):
+                run.flush()
+        if self.errors:
+            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+        return sorted(self.txn.segments) if self.txn is not None else [
+            s.backing for p in self.producers.values() for s in p._layout.segments.values()]
+
+    def close(self) -> None:
+        try:
+            for p in self.producers.values():
+                p.close()
+        finally:
+            self.scalable.close()
+            if self._own_store:
+                self.store.close()
+
+
 def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
                writer: str, store) -> tuple[list[str], int]:
     """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
     import pulsar
 
     from pulsar_txn.client import quiet_logger
-    from pulsar_txn.topics import normalize_topic
+    from pulsar_txn.topics import normalize_any
     from pulsar_txn.writer import WriterRun
 
     client_kw = {"logger": quiet_logger(), **opts.client}
@@ -140,9 +203,10 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                    "max_pending_messages": 10_000, **opts.producer}
     runs: dict[str, WriterRun] = {}
+    scalable: _ScalableWrites | None = None
     rows = 0
     try:
-        default_topic = normalize_topic(opts.topic) if opts.topic else None
+        default_topic = normalize_any(opts.topic) if opts.topic else None
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -160,12 +224,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                                       "needs a value for every row")
                 if isinstance(v, str):
                     v = v.encode()
-                topic = default_topic or normalize_topic(topics[i])
-                run = runs.get(topic)
-                if run is None:
-                    producer = client.create_producer(topic, **producer_kw)
-                    run = runs[topic] = (_PlainRun(producer) if txn_id is None else
-                                         WriterRun(store, txn_id, topic, writer, producer))
+                topic = default_topic or normalize_any(topics[i])
                 kw = {}
                 if keys is not None and keys[i] is not None:
                     k = keys[i]
@@ -176,12 +235,29 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                         t = t.replace(tzinfo=timezone.utc)
                     kw["event_timestamp"] = int(t.timestamp() * 1000)
                 p = dict(props[i]) if props is not None and props[i] else None
+                if topic.startswith("topic://"):
+                    if scalable is None:
+                        scalable = _ScalableWrites(opts, client, store, txn_id, writer,
+                                                   producer_kw)
+                    scalable.send(topic, v, kw.get("partition_key"), p,
+                                  kw.get("event_timestamp"))
+                    continue
+                run = runs.get(topic)
+                if run is None:
+                    producer = client.create_producer(topic, **producer_kw)
+                    run = runs[topic] = (_PlainRun(producer) if txn_id is None else
+                                         WriterRun(store, txn_id, topic, writer, producer))
                 run.send_async(v, p, **kw)
             rows += n
         for run in runs.values():
             run.flush()
-        return sorted(runs), rows
+        segments = sorted(runs)
+        if scalable is not None:
+            segments = sorted(set(segments) | set(scalable.flush()))
+        return segments, rows
     finally:
+        if scalable is not None:
+            scalable.close()
         client.close()
 
 

@@ -466,10 +466,15 @@ class ScalableProducer:
                 self._reroute_if_changed()
 
     def close(self) -> None:
-        self.flush()
-        for sub in self._subs.values():
-            sub._p.close()
-        self._subs.clear()
+        try:
+            self.flush()
+        finally:
+            for sub in self._subs.values():
+                try:
+                    sub._p.close()
+                except Exception:  # a terminated segment's producer is closed already
+                    pass
+            self._subs.clear()
 
 
 class ScalableReader:

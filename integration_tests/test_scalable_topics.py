@@ -172,6 +172,7 @@ def test_stale_transactional_producer_is_fenced_by_registration_and_reroutes(
         stale.send(f"k:{seq}".encode(), key="k", txn=txn)
     txn.commit()
     assert stale.reroutes == 0 and stale._layout.epoch == 2  # fenced at registration
+    stale.close()
     parent = [m for m in raw_entries(plain_pulsar, lay.segments[0].backing)]
     assert len(parent) == 3 and not any(PROP_TXN in m.properties() for m in parent)
     got = list(read_all(sclient.create_reader(scalable_name), idle_ms=1000))
@@ -196,5 +197,6 @@ def test_stale_plain_producer_is_fenced_by_termination_and_reroutes(
     stale.flush()
     assert stale.reroutes >= 1 and stale._layout.epoch == 2
     assert len(raw_entries(plain_pulsar, lay.segments[0].backing)) == 5
+    stale.close()  # closing after a fence is clean
     got = list(read_all(sclient.create_reader(scalable_name), idle_ms=1000))
     assert _by_key(got) == {"k": list(range(200))}

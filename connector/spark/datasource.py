@@ -11,16 +11,22 @@ metastore.url : str, required
 metastore.namespace : str, default ``ptxn``
     Key prefix of the deployment (must match the readers').
 topic : str
-    Target topic; else each row's ``topic`` column.
+    Target topic (``persistent://…`` or a scalable ``topic://…``, whose rows are
+    routed by key); else each row's ``topic`` column.
 transaction.timeout.ms : int, default 60000
     Deadline of each batch's transaction; must cover the longest batch.
-sink.id : str, default ``query-<streaming query id>``
-    The idempotence key: one transaction per (sink.id, batchId).
+sink.id : str, default derived from ``checkpointLocation``
+    The idempotence key: one transaction per (sink.id, batchId); the checkpoint
+    identifies the query across restarts (like Delta's txnAppId).
 pulsar.producer.* / pulsar.client.* :
     Passed to pulsar-client's ``create_producer`` / ``Client`` (snake_case names).
 
 Input columns: ``value`` (binary or string, required), ``key`` (string or binary),
 ``properties`` (map<string,string>), ``eventTime`` (timestamp), ``topic`` (string).
+
+Source options: see docs/configuration.md (``topic``/``topics``/``topicsPattern``,
+``startingOffsets``, ``maxRecordsPerTrigger``, ``maxBytesPerTrigger``,
+``subscription``, …).
 
 Examples
 --------

@@ -32,7 +32,7 @@ def _start(broker, redis_url, namespace, src, dst, ckpt, fault=""):
     return subprocess.Popen(
         [sys.executable, str(JOB), "--source", src, "--sink", dst, "--checkpoint", str(ckpt),
          "--service-url", broker.service_url, "--metastore-url", redis_url,
-         "--namespace", namespace, "--fault", fault],
+         "--namespace", namespace, "--fault", fault, "--max-records", "200"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True)
 
@@ -88,10 +88,19 @@ def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_resta
             time.sleep(0.2)
         _kill(proc)
         kills += 1
+        in_flight = 0
         while kills < KILLS:
             proc = _start(broker, redis.url, namespace, src, dst, ckpt)
             runs += 1
-            time.sleep(rnd.uniform(4.0, 12.0))  # Spark start-up is ~6-8 s: kill anywhere
+            # kill while a batch is being processed, not during Spark's start-up: wait for
+            # the run's first transaction (or progress), then a random point after it
+            before, t0 = client.store.sink_last_batch(sink_id), time.monotonic()
+            while proc.poll() is None and time.monotonic() - t0 < 120:
+                if client.store.open_txns() or client.store.sink_last_batch(sink_id) > before:
+                    break
+                time.sleep(0.05)
+            time.sleep(rnd.uniform(0.0, 1.5))
+            in_flight += bool(client.store.open_txns())
             if kills == KILLS // 2 and redis_restarts == 0:
                 redis.kill()   # SIGKILL while the query runs
                 time.sleep(0.5)
@@ -116,12 +125,25 @@ def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_resta
 
         final = Counter(m.value for m in read_all(client.create_reader(dst), 2000))
         seen = observer.finish()
-        print(f"\nchaos: {MESSAGES} inputs, {kills} driver kills, {runs} runs, 1 task failure, "
-              f"{redis_restarts} Redis restart(s), {time.monotonic() - started:.0f} s; "
+        import pulsar
+        from helpers import raw_entries
+
+        from pulsar_txn.client import quiet_logger
+
+        plain = pulsar.Client(broker.service_url, logger=quiet_logger())
+        retried = sum(".a1." in m.properties().get("__ptxn.writer", "")
+                      for m in raw_entries(plain, dst))
+        plain.close()
+        print(f"\nchaos: {MESSAGES} inputs, {kills} driver kills ({in_flight} with a batch's "
+              f"transaction OPEN), {runs} runs, 1 task failure ({retried} rows by retry "
+              f"attempts), {redis_restarts} Redis restart(s), "
+              f"{time.monotonic() - started:.0f} s; "
               f"output {sum(final.values())} rows, duplicates "
               f"{sum(c - 1 for c in final.values() if c > 1)}, missing "
               f"{sum((expected - final).values())}, extra {sum((final - expected).values())}")
-        assert kills >= 20 or KILLS < 20
+        assert kills >= KILLS >= 1
+        assert redis_restarts == 1, "the Redis restart did not happen"
+        assert retried > 0, "no task attempt was retried: the executor-side fault did not fire"
         assert final == expected
         assert seen == expected  # the observer never saw an uncommitted or duplicate row
     finally:

@@ -24,3 +24,20 @@ def test_sink_options_are_documented_and_only_those():
 
 def test_source_options_are_documented_and_only_those():
     assert _documented("Source") == SOURCE | SPARK
+
+
+def test_enum_settings_pass_through_by_member_name_and_bad_ones_name_the_option():
+    import pulsar
+    import pytest
+
+    from pulsar_txn.errors import ConfigError
+    from pulsar_txn.spark.options import SinkOptions
+
+    base = {"service.url": "pulsar://127.0.0.1:6650", "metastore.url": "redis://127.0.0.1:6379",
+            "topic": "t"}
+    opts = SinkOptions.from_options({**base, "pulsar.producer.compression_type": "lz4",
+                                     "pulsar.producer.batching_max_messages": "10"})
+    assert opts.producer == {"compression_type": pulsar.CompressionType.LZ4,
+                             "batching_max_messages": 10}
+    with pytest.raises(ConfigError, match="'pulsar.producer.compression_type' must be one of"):
+        SinkOptions.from_options({**base, "pulsar.producer.compression_type": "gzip"})

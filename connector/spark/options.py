@@ -65,8 +65,13 @@ def _coerce(value: str):
 
 
 def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
-    """``pulsar.producer.batching_max_messages=500`` → ``{"batching_max_messages": 500}``."""
-    params = set(inspect.signature(target).parameters) - {"self", "topic", "service_url"}
+    """``pulsar.producer.batching_max_messages=500`` → ``{"batching_max_messages": 500}``.
+
+    Settings whose default is one of pulsar-client's enums take the member's name
+    (``pulsar.producer.compression_type=LZ4``, any case).
+    """
+    sig = inspect.signature(target).parameters
+    params = set(sig) - {"self", "topic", "service_url"}
     out = {}
     for key, value in opts.items():
         if key.startswith(prefix):
@@ -75,7 +80,15 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
                 raise ConfigError(
                     f"option {key!r}: {name!r} is not a pulsar-client setting; "
                     f"known: {', '.join(sorted(params))}")
-            out[name] = _coerce(value)
+            members = getattr(type(sig[name].default), "__members__", None)
+            if members:
+                by_name = {m.lower(): v for m, v in members.items()}
+                if value.lower() not in by_name:
+                    raise ConfigError(f"option {key!r} must be one of {', '.join(members)}, "
+                                      f"got {value!r}")
+                out[name] = by_name[value.lower()]
+            else:
+                out[name] = _coerce(value)
     return out
 
 

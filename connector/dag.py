@@ -17,7 +17,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.records import BEFORE_EARLIEST, Position
@@ -77,6 +77,7 @@ class Segment:
     # BEFORE_EARLIEST = it holds no entry. Readers move to the children only
     # after reading up to it, which is what keeps per-key order across changes.
     end: Position | None = None
+    sealed_ms: int | None = None  # the seal CAS's server time
 
     @property
     def active(self) -> bool:
@@ -90,7 +91,8 @@ class Segment:
         return json.dumps({"id": self.id, "lo": self.lo, "hi": self.hi, "backing": self.backing,
                            "state": self.state, "parents": list(self.parents),
                            "children": list(self.children), "ce": self.created_epoch,
-                           "se": self.sealed_epoch, "end": end}, separators=(",", ":"))
+                           "se": self.sealed_epoch, "st": self.sealed_ms, "end": end},
+                          separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str) -> Segment:
@@ -99,7 +101,7 @@ class Segment:
         return cls(id=int(d["id"]), lo=int(d["lo"]), hi=int(d["hi"]), backing=d["backing"],
                    state=d["state"], parents=tuple(_ids(d.get("parents"))),
                    children=tuple(_ids(d.get("children"))), created_epoch=int(d.get("ce", 1)),
-                   sealed_epoch=d.get("se"),
+                   sealed_epoch=d.get("se"), sealed_ms=d.get("st"),
                    end=None if end == "" else BEFORE_EARLIEST if end == "-"
                    else Position.parse(end))
 
@@ -115,6 +117,7 @@ class Layout:
     topic: str  # tenant/ns/name
     epoch: int
     segments: dict[int, Segment] = field(default_factory=dict)
+    version: int = 0  # grows with every change, ends fixed included
 
     @property
     def name(self) -> str:
@@ -211,7 +214,3 @@ def _active(layout: Layout, segment_id: int) -> Segment:
     if not seg.active:
         raise ConfigError(f"segment {segment_id} of {layout.name} is {seg.state}, not ACTIVE")
     return seg
-
-
-def with_end(seg: Segment, end: Position) -> Segment:
-    return replace(seg, end=end)

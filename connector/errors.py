@@ -72,3 +72,9 @@ class ReadTimeout(PulsarTxnError, TimeoutError):
     """No committed message became readable within the timeout."""
 
     retriable = True
+
+
+class SegmentSealed(PulsarTxnError):
+    """The segment was sealed by a split or merge: re-route to its children."""
+
+    retriable = True

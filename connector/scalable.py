@@ -47,18 +47,12 @@ from pulsar_txn.dag import (
     plan_merge,
     plan_split,
 )
-from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout
+from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import BEFORE_EARLIEST
-from pulsar_txn.topics import last_entry
+from pulsar_txn.topics import last_entry, last_entry_strict
 
 log = logging.getLogger(__name__)
-
-
-class SegmentSealed(PulsarTxnError):
-    """The segment was sealed by a split or merge: re-route to its children."""
-
-    retriable = True
 
 
 class TopicNotFound(PulsarTxnError, LookupError):
@@ -70,9 +64,9 @@ def read_layout(store: MetadataStore, topic: str) -> Layout | None:
     raw = store.get_layout(normalize_scalable(topic))
     if raw is None:
         return None
-    epoch, _next, segs = raw
+    epoch, _next, segs, version = raw
     return Layout(normalize_scalable(topic), epoch,
-                  {i: Segment.from_json(v) for i, v in segs.items()})
+                  {i: Segment.from_json(v) for i, v in segs.items()}, version)
 
 
 class ScalableTopics:
@@ -110,10 +104,9 @@ class ScalableTopics:
     def _store_layout(self, lay: Layout) -> None:
         with self._cond:
             old = self._layouts.get(lay.topic)
-            # an event for epoch e and a read of e+1 can race: keep the newer
-            if old is None or lay.epoch > old.epoch or lay != old:
-                if old is None or lay.epoch >= old.epoch:
-                    self._layouts[lay.topic] = lay
+            # reads can race (an event's reload vs a refresh): keep the newer version
+            if old is None or lay.version >= old.version:
+                self._layouts[lay.topic] = lay
             self._cond.notify_all()
 
     def follow(self, name: str) -> Layout:
@@ -135,6 +128,19 @@ class ScalableTopics:
                 self._store_layout(self._read(t))
             except PulsarTxnError as e:
                 log.warning("reloading the layout of %s failed: %s", t, e)
+
+    def wait_for_version(self, name: str, seen_version: int, timeout: float) -> Layout:
+        """Block until the cached layout is newer than ``seen_version`` (pushed)."""
+        topic = normalize_scalable(name)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                lay = self._layouts.get(topic)
+                left = deadline - time.monotonic()
+                if (lay is not None and lay.version != seen_version) or left <= 0:
+                    break
+                self._cond.wait(min(left, 0.5))
+        return self.layout(topic)
 
     def wait_for_change(self, name: str, seen_epoch: int, timeout: float) -> Layout:
         topic = normalize_scalable(name)
@@ -195,31 +201,46 @@ class ScalableTopics:
             raise PulsarTxnError(f"topic://{topic}: the layout kept changing; try again")
         return self.complete_seals(topic)
 
-    def complete_seals(self, name: str) -> Layout:
+    def complete_seals(self, name: str, wait: bool = True) -> Layout:
         """Fence and fix the end of every sealed segment that has none (idempotent).
 
-        Runs after each change, and again wherever a sealed segment without an
-        end is found (an admin that crashed mid-seal).
+        With an admin URL the backing topic is terminated: no append can follow,
+        so its last entry is the end at once. Without one (pulsar-lite) the end is
+        fixed only when no open transaction still has a write on the segment (a run
+        registered before the seal may append until its transaction ends, and those
+        entries must lie inside the end) and the grace period after the seal passed
+        (watching producers moved away). ``wait=False`` skips what is not ready yet.
+        Runs after each change, and from readers and the Spark source that find a
+        sealed segment without an end (an admin that crashed mid-seal is finished).
         """
         topic = normalize_scalable(name)
         lay = self._read(topic)
         todo = [s for s in lay.segments.values() if not s.active and s.end is None]
-        if todo and not self.admin_url:
-            time.sleep(self.seal_grace_ms / 1000)  # watching producers drain (no terminate)
         for s in todo:
-            end = self._fence(s.backing)
+            if self.admin_url:
+                end = self._terminate(s.backing)
+            else:
+                if self.store.open_writes(s.backing):
+                    continue  # a transaction that wrote here is still open
+                left = (s.sealed_ms or 0) + self.seal_grace_ms - self.store.server_time_ms()
+                if left > 0:
+                    if not wait:
+                        continue
+                    time.sleep(left / 1000)
+                end = last_entry_strict(self.pulsar, s.backing)
             self.store.seal_end(topic, s.id, "-" if end is None else f"{end[0]}:{end[1]}")
-        return self.layout(topic, refresh=True)
+        return self.layout(topic, refresh=True) if todo else lay
 
-    def _fence(self, backing: str) -> tuple[int, int] | None:
-        if self.admin_url:
-            try:
-                ledger, entry = admin_terminate(self.admin_url, backing)
-                return None if entry < 0 else (ledger, entry)
-            except AdminError as e:
-                if e.status != 404:
-                    raise
-        return last_entry(self.pulsar, backing)
+    def _terminate(self, backing: str) -> tuple[int, int] | None:
+        try:
+            ledger, entry = admin_terminate(self.admin_url, backing)
+        except AdminError as e:
+            if e.status != 404:
+                raise
+            return last_entry_strict(self.pulsar, backing)
+        if entry < 0:  # an empty current ledger after a rollover: ask for the real last
+            return last_entry_strict(self.pulsar, backing)
+        return ledger, entry
 
     def _touch(self, backing: str) -> None:
         self.pulsar.create_producer(backing).close()
@@ -344,10 +365,13 @@ class ScalableProducer:
         lay = self._current()
         if lay.epoch == self._layout.epoch and not self._refused:
             return
-        if self._refused and lay.epoch == self._layout.epoch:
+        if self._refused:
+            # a refusal means a seal CAS already happened: a fresh read shows it (the
+            # cache may be one change behind); clear the flag first, so a refusal that
+            # lands while we drain triggers another round
+            self._refused = False
             lay = self._topics.layout(self.topic, refresh=True)
         self._layout = lay
-        self._refused = False
         retry: list[_Pending] = []
         for sid in sorted(self._subs):
             seg = lay.segments.get(sid)
@@ -368,7 +392,10 @@ class ScalableProducer:
         except Exception:  # TopicTerminated: the pending sends fail individually
             pass
         with self._cond:
-            self._cond.wait_for(lambda: all(p.result is not None for p in sub.inflight), 60)
+            if not self._cond.wait_for(
+                    lambda: all(p.result is not None for p in sub.inflight), 120):
+                raise PulsarTxnError(f"{self.name}: sends to sealed segment {sub.segment_id} "
+                                     "unresolved after 120 s; not re-routed")
             refused = [p for p in sub.inflight if p.result == pulsar.Result.TopicTerminated]
             sub.inflight.clear()
         try:
@@ -382,8 +409,8 @@ class ScalableProducer:
         kw = self._send_kw(key, event_time_ms)
         for _ in range(100):
             self._reroute_if_changed()
-            sub = self._sub(self._route(key))
             try:
+                sub = self._sub(self._route(key))
                 if txn is None:
                     return sub._p.send(value, properties=props, **kw)
                 return txn._run(sub).send(value, props, **kw)
@@ -408,7 +435,12 @@ class ScalableProducer:
                 txn._add_flusher(self)  # refused sends are re-sent before the commit CAS
             pending = _Pending(value, key, props, txn, event_time_ms, callback)
             for _ in range(100):
-                sub = self._sub(self._route(key))
+                try:
+                    sub = self._sub(self._route(key))
+                except pulsar.TopicTerminated:  # the segment's producer cannot even open
+                    self._refused = True
+                    self._reroute_if_changed()
+                    continue
                 if txn is not None and not txn._has_first(sub):
                     # the first append of a run is synchronous (it pins the gate)
                     mid = self._send_sync(value, key, props, txn, event_time_ms)
@@ -430,10 +462,18 @@ class ScalableProducer:
                         txn._run(sub).send_async(value, props, done, **kw)
                     return
                 except (SegmentSealed, pulsar.TopicTerminated):
-                    sub.inflight.remove(pending)
+                    self._forget(sub, pending)
                     self._refused = True
                     self._reroute_if_changed()
+                except BaseException:
+                    self._forget(sub, pending)  # never left unresolved: flush would hang
+                    raise
             raise PulsarTxnError(f"{self.name}: could not route a message")
+
+    def _forget(self, sub: _SegmentProducer, pending: _Pending) -> None:
+        with self._cond:
+            if pending in sub.inflight:
+                sub.inflight.remove(pending)
 
     def _completion(self, pending: _Pending):
         def done(res, mid) -> None:
@@ -457,8 +497,10 @@ class ScalableProducer:
                     pass
             with self._cond:
                 for sub in self._subs.values():
-                    self._cond.wait_for(
-                        lambda s=sub: all(p.result is not None for p in s.inflight), 60)
+                    if not self._cond.wait_for(
+                            lambda s=sub: all(p.result is not None for p in s.inflight), 120):
+                        raise PulsarTxnError(f"{self.name}: sends to segment "
+                                             f"{sub.segment_id} unresolved after 120 s")
                     while sub.inflight and sub.inflight[0].result is not None and \
                             sub.inflight[0].result != pulsar.Result.TopicTerminated:
                         sub.inflight.popleft()
@@ -499,6 +541,7 @@ class ScalableReader:
         self._readers: dict[int, object] = {}
         self._done: set[int] = set()
         self._turn = 0
+        self._completing = 0.0  # last time this reader tried to finish a seal
         if start == "latest":
             for s in self._layout.segments.values():
                 if not s.active:
@@ -527,7 +570,10 @@ class ScalableReader:
         seg = self._layout.segments[sid]
         if seg.active:
             return False
-        if seg.end is None:  # sealed, end not fixed yet: the sealing admin is on it
+        if seg.end is None:  # sealed, end not fixed yet: finish the seal if it is ready
+            if time.monotonic() - self._completing > 1.0:
+                self._completing = time.monotonic()
+                self._layout = self._topics.complete_seals(self.topic, wait=False)
             return False
         got = reader._received
         return (not reader._buf and got is not None
@@ -548,6 +594,15 @@ class ScalableReader:
                         reader.close()
                         del self._readers[sid]
                         self._done.add(sid)
+                    continue
+                end = self._layout.segments[sid].end
+                if end is not None and end != BEFORE_EARLIEST and \
+                        (msg.position.ledger, msg.position.entry) > (end.ledger, end.entry):
+                    # past a sealed segment's end (a stale plain producer on a broker
+                    # without termination): never delivered, and the segment is done
+                    reader.close()
+                    del self._readers[sid]
+                    self._done.add(sid)
                     continue
                 self._turn = (self._turn + i + 1) % max(1, len(ids))
                 return msg

@@ -56,3 +56,39 @@ def last_entry(client, topic: str) -> tuple[int, int] | None:
             consumer.unsubscribe()
         except Exception:
             consumer.close()
+
+
+def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
+    """Like :func:`last_entry`, but an error is never taken for "empty".
+
+    It fixes a sealed segment's end once and for all, so a probe failure must not
+    become "no entries". pulsar-lite answers an empty topic with an error: then a
+    reader from the earliest entry confirms the topic is really empty.
+    """
+    import uuid
+
+    import pulsar
+
+    from pulsar_txn.errors import PulsarTxnError
+
+    consumer = client.subscribe(topic, f"__ptxn-probe-{uuid.uuid4().hex[:12]}",
+                                initial_position=pulsar.InitialPosition.Latest,
+                                receiver_queue_size=1)
+    try:
+        mid = consumer.get_last_message_id()
+        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
+    except Exception as probe_error:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        try:
+            reader.read_next(2000)
+        except pulsar.Timeout:
+            return None  # nothing to read: empty
+        finally:
+            reader.close()
+        raise PulsarTxnError(f"{topic}: cannot tell its last entry ({probe_error}); "
+                             "try again") from probe_error
+    finally:
+        try:
+            consumer.unsubscribe()
+        except Exception:
+            consumer.close()

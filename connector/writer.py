@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.errors import PulsarTxnError, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position, TxnId
 
@@ -47,7 +47,7 @@ class WriterRun:
                     if self._fence is not None:
                         try:
                             self._fence()
-                        except BaseException:
+                        except SegmentSealed:
                             self._withdraw()
                             raise
                     self._registered = True
@@ -69,7 +69,9 @@ class WriterRun:
         self._ensure_registered()
         try:
             msg_id = self._p.send(value, properties=self._props(properties), **kw)
-        except BaseException:
+        except pulsar.TopicTerminated:
+            # refused, so certainly not stored (a timeout would be ambiguous: such a
+            # registration must stay, or GC could later take its entry for committed)
             if self.first is None and self._fence is not None:
                 with self._lock:
                     if self.first is None:

@@ -200,3 +200,53 @@ def test_stale_plain_producer_is_fenced_by_termination_and_reroutes(
     stale.close()  # closing after a fence is clean
     got = list(read_all(sclient.create_reader(scalable_name), idle_ms=1000))
     assert _by_key(got) == {"k": list(range(200))}
+
+
+def test_without_termination_the_end_waits_for_open_txns_that_wrote_there(
+        make_client, scalable_name, plain_pulsar):
+    """No topic termination (pulsar-lite's case, forced here on every broker): a txn run
+    registered before the seal keeps appending to the sealed segment; the end is fixed
+    only after that txn ended, so every one of its entries is inside the end."""
+    admin = make_client(seal_grace_ms=100)             # no admin URL: no termination
+    admin.scalable.create(scalable_name, segments=1)
+    stale_client = make_client(seal_grace_ms=100)
+    stale = stale_client.create_producer(scalable_name)
+    stale_client.scalable._watch.close()               # misses the split
+    txn = stale_client.new_transaction()
+    stale.send(b"k:0", key="k", txn=txn)               # run registered on segment 0
+    lay = admin.scalable.split(scalable_name, 0)
+    assert lay.segments[0].end is None                 # held: a txn still writes there
+    for seq in range(1, 4):
+        stale.send(f"k:{seq}".encode(), key="k", txn=txn)  # appended after the seal
+    txn.commit()
+    got = list(read_all(admin.create_reader(scalable_name), idle_ms=1500))
+    assert _by_key(got) == {"k": [0, 1, 2, 3]}
+    end = admin.scalable.layout(scalable_name, refresh=True).segments[0].end
+    assert end is not None
+    entries = raw_entries(plain_pulsar, lay.segments[0].backing)
+    last = entries[-1].message_id()
+    assert (last.ledger_id(), last.entry_id()) == (end.ledger, end.entry)
+
+
+def test_reader_finishes_a_seal_whose_admin_stopped_half_way(sclient, scalable_name):
+    """The admin crashed after the split's CAS, before fixing the end: a reader finishes
+    the seal (it never guesses the end) and reads parent, then children."""
+    topics = sclient.scalable
+    lay = topics.create(scalable_name, segments=1)
+    p = sclient.create_producer(scalable_name)
+    for seq in range(3):
+        p.send(f"k:{seq}".encode(), key="k")
+    from pulsar_txn.dag import plan_split
+
+    parents, kids = plan_split(lay, 0, 1)
+    for k in kids:
+        topics._touch(k.backing)
+    status, _ = sclient.store.change_layout(lay.topic, lay.epoch, parents,
+                                            [k.to_json() for k in kids], 3)
+    assert status == "OK"                              # ... and the admin died here
+    assert topics.layout(scalable_name, refresh=True).segments[0].end is None
+    for seq in range(3, 6):
+        p.send(f"k:{seq}".encode(), key="k")           # re-routed to a child
+    got = list(read_all(sclient.create_reader(scalable_name), idle_ms=2500))
+    assert _by_key(got) == {"k": list(range(6))}
+    assert topics.layout(scalable_name, refresh=True).segments[0].end is not None

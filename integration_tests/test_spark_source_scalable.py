@@ -97,3 +97,35 @@ def test_source_reads_across_a_split_and_a_merge_in_key_order(
             for p in lay.segments[seg].parents:
                 assert all(b < got[later][0] for b, s, _, _ in got if s == p)
     assert moved > 0, "no key crossed a layout change: the test proved nothing"
+
+
+def test_source_with_a_record_limit_gets_past_a_split_of_batched_entries(
+        spark, make_client, broker, redis_server, namespace, tmp_path):
+    """Batched entries read message by message end at a batch index: the planner must
+    still see the sealed parent as read to its end, or the children never start."""
+    client = make_client(admin_url=getattr(broker, "admin_url", "") or None, seal_grace_ms=200)
+    name = f"topic://public/default/srcb-{uuid.uuid4().hex[:8]}"
+    client.scalable.create(name, segments=1)
+    producer = client.create_producer(name, batching_enabled=True,
+                                      batching_max_publish_delay_ms=50)
+    for i in range(40):
+        producer.send_async(f"k:{i}".encode(), key="k")
+    producer.flush()
+    client.scalable.split(name, 0)
+    for i in range(40, 60):
+        producer.send_async(f"k:{i}".encode(), key="k")
+    producer.flush()
+    got: list[tuple[int, str]] = []
+
+    def sink(df, batch_id):
+        got.extend((batch_id, r.value.decode()) for r in df.select("value").collect())
+
+    q = (spark.readStream.format("pulsar-txn").option("service.url", broker.service_url)
+         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace)
+         .option("topic", name).option("startingOffsets", "earliest")
+         .option("maxRecordsPerTrigger", "7").load()
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(180), "the query did not finish"
+    seqs = [int(v.split(":")[1]) for _, v in sorted(got, key=lambda r: r[0])]
+    assert sorted(seqs) == list(range(60)) and len(seqs) == 60

@@ -189,6 +189,8 @@ class RedisTopicWatch(threading.Thread):
                         pipe.xrevrange(key, "+", "-", count=1)
                     for key, last in zip(new, pipe.execute()):
                         self._ids[key] = last[0][0] if last else "0-0"
+                    for key in new:  # a change between the follower's read and now
+                        self._emit(wanted[key])
                 if not self._ids:
                     self._closing.wait(0.2)
                     continue
@@ -568,13 +570,16 @@ class RedisMetadataStore:
         return res[0] == "OK"
 
     @_translate
-    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str]] | None:
-        """(epoch, next segment id, {id: descriptor JSON}) in one read, or None."""
+    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int] | None:
+        """(epoch, next segment id, {id: descriptor JSON}, version) in one read, or None.
+
+        The version grows with every change (split, merge, end fixed), so a cache
+        can tell the newer of two reads even within one epoch."""
         raw = self.r.hgetall(self.keys.topic_dag(topic))
         if not raw:
             return None
         segs = {int(f[4:]): v for f, v in raw.items() if f.startswith("seg:")}
-        return int(raw["epoch"]), int(raw["next"]), segs
+        return int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0))
 
     @_translate
     def get_segment(self, topic: str, segment_id: int) -> str | None:

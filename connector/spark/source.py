@@ -102,6 +102,7 @@ class Planner:
                                                          **opts.client})
         self._max_read_position = max_read_position
         self._topic_of: dict[str, str] = {}
+        self._completing: dict[str, float] = {}
         self._consumers: dict[str, bool] = {}  # segments whose subscription exists
         self._acked: dict[str, Pos] = {}
 
@@ -127,6 +128,8 @@ class Planner:
         g = self._max_read_position(Position(*lac), open_writes, previous)
         holding = len({w.txn_id for w in open_writes
                        if w.first is None or (w.first.ledger, w.first.entry) <= lac})
+        if g.entry < 0:  # held before the first entry: nothing to plan
+            return start, lac, holding
         entry = (g.ledger, g.entry, WHOLE_ENTRY)
         return (entry if entry > start else start), lac, holding
 
@@ -177,12 +180,28 @@ class Planner:
                     continue
                 if not s.active and s.end is None:
                     out.append(Unit(name, s.backing, hold=True))
+                    self._complete_seals(name)
                 elif not s.active:
                     end = (s.end.ledger, s.end.entry)
                     out.append(Unit(name, s.backing, (*end, WHOLE_ENTRY), end))
                 else:
                     out.append(Unit(name, s.backing))
         return out
+
+    def _complete_seals(self, name: str) -> None:
+        """Finish a seal whose admin stopped before fixing the end (at most once a second
+        per topic); the segment is held, never guessed, until its end is fixed."""
+        now = time.monotonic()
+        if now - self._completing.get(name, 0.0) < 1.0:
+            return
+        self._completing[name] = now
+        from pulsar_txn.scalable import ScalableTopics
+
+        try:
+            ScalableTopics(self.store, self.pulsar, self.opts.admin_url).complete_seals(
+                name, wait=False)
+        except PulsarTxnError as e:
+            log.warning("completing the seal of %s failed (retried): %s", name, e)
 
     def all_segments(self, name: str) -> list[Unit]:
         """Every segment of a topic (plain: itself), for starting positions."""
@@ -234,12 +253,18 @@ class Planner:
         import pulsar
 
         for segment, pos in sorted(end.items()):
-            if pos == BEFORE or self._acked.get(segment) == pos:
+            if pos[1] < 0 or self._acked.get(segment) == pos:
                 continue
+            ledger, entry = pos[0], pos[1]
+            if 0 <= pos[2] < WHOLE_ENTRY:
+                # inside a batched entry: without batch-index acks the broker would ack
+                # the whole entry, past rows not yet committed; ack up to the one before
+                entry -= 1
+                if entry < 0:
+                    continue
             c = self._subscribe(segment)
             try:
-                batch = -1 if pos[2] == WHOLE_ENTRY else pos[2]
-                c.acknowledge_cumulative(pulsar.MessageId(-1, pos[0], pos[1], batch))
+                c.acknowledge_cumulative(pulsar.MessageId(-1, ledger, entry, -1))
             finally:
                 c.close()
             self._consumers[segment] = True
@@ -275,13 +300,16 @@ class Planner:
             if byte_budget is not None:
                 nbytes = len(raw.data())
                 if n > 0 and size + nbytes > byte_budget:
-                    break
+                    return last, n, size
                 size += nbytes
             n += 1
             last = pos
             if n >= budget or (byte_budget is not None and size >= byte_budget):
-                break
-        return last, n, size
+                return last, n, size
+        # the whole range fits: plan its end as given, so a sealed segment ends at its
+        # fixed end (a batched last entry read message by message ends at a batch
+        # index, which would never count as "read to the end")
+        return end, n, size
 
     def close(self) -> None:
         self.pulsar.close()
@@ -480,8 +508,7 @@ class StreamSource:
         if s == "earliest":
             return to_offset({u.segment: BEFORE for u in units})
         if s == "latest":  # sealed segments count as read to their end
-            return to_offset({u.segment: u.cap if u.cap else
-                              BEFORE if u.hold else self.planner.gate(u.segment, BEFORE)
+            return to_offset({u.segment: u.cap if u.cap else self.planner.gate(u.segment, BEFORE)
                               for u in units})
         return to_offset({u.segment: s.get(u.segment, BEFORE) for u in units})
 
@@ -587,7 +614,7 @@ class StreamSource:
     def prepare_available_now(self) -> None:
         self._target = {u.segment: (u.cap if u.cap else self.planner.gate(u.segment, BEFORE,
                                                                              u.lac))
-                        for u in self._units() if not u.hold}
+                        for u in self._units()}
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -633,13 +660,14 @@ class BatchSource:
                     break
                 for u in units:
                     start[u.segment] = first(u.segment)
-                    if isinstance(e, dict) and u.segment in e:
-                        end[u.segment] = e[u.segment]
-                    elif u.hold:
+                    if u.hold:
                         end[u.segment] = start[u.segment]
-                    else:
-                        g = planner.gate(u.segment, start[u.segment], u.lac)
-                        end[u.segment] = min(g, u.cap) if u.cap else g
+                        continue
+                    g = planner.gate(u.segment, start[u.segment], u.lac)
+                    g = min(g, u.cap) if u.cap else g
+                    if isinstance(e, dict) and u.segment in e:
+                        g = min(g, e[u.segment])  # never past the gate: READ_COMMITTED
+                    end[u.segment] = max(g, start[u.segment])
             return plan_partitions(to_offset(start), to_offset(end), self.opts.min_partitions,
                                    planner.first_entry, planner.topic_of)
         finally:

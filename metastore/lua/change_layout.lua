@@ -26,9 +26,12 @@ for i, id in ipairs(parents) do
   if d['state'] ~= 'ACTIVE' then return {'NOTACTIVE', tostring(id)} end
   descs[i] = d
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i, d in ipairs(descs) do
   d['state'] = 'SEALED'
   d['se'] = epoch
+  d['st'] = now
   d['children'] = kids
   redis.call('HSET', KEYS[1], 'seg:' .. d['id'], cjson.encode(d))
 end
@@ -37,5 +40,6 @@ for i = 5, #ARGV do
   redis.call('HSET', KEYS[1], 'seg:' .. d['id'], ARGV[i])
 end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'next', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'k', 'layout', 'e', epoch)
 return {'OK', tostring(epoch)}

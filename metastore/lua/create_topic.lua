@@ -11,6 +11,6 @@ for i = 3, #ARGV do
   local d = cjson.decode(ARGV[i])
   redis.call('HSET', KEYS[1], 'seg:' .. d['id'], ARGV[i])
 end
-redis.call('HSET', KEYS[1], 'epoch', 1, 'next', ARGV[2], 'created', now)
+redis.call('HSET', KEYS[1], 'epoch', 1, 'next', ARGV[2], 'created', now, 'ver', 1)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'k', 'layout', 'e', 1)
 return {'OK', '1'}

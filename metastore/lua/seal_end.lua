@@ -11,6 +11,7 @@ if d['state'] ~= 'SEALED' then return {'ACTIVE'} end
 if d['end'] ~= nil and d['end'] ~= '' then return {'ALREADY', d['end']} end
 d['end'] = ARGV[2]
 redis.call('HSET', KEYS[1], 'seg:' .. ARGV[1], cjson.encode(d))
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'k', 'end', 'e', epoch, 's', ARGV[1])
 return {'OK', ARGV[2]}

@@ -129,19 +129,6 @@ class ScalableTopics:
             except PulsarTxnError as e:
                 log.warning("reloading the layout of %s failed: %s", t, e)
 
-    def wait_for_version(self, name: str, seen_version: int, timeout: float) -> Layout:
-        """Block until the cached layout is newer than ``seen_version`` (pushed)."""
-        topic = normalize_scalable(name)
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                lay = self._layouts.get(topic)
-                left = deadline - time.monotonic()
-                if (lay is not None and lay.version != seen_version) or left <= 0:
-                    break
-                self._cond.wait(min(left, 0.5))
-        return self.layout(topic)
-
     def wait_for_change(self, name: str, seen_epoch: int, timeout: float) -> Layout:
         topic = normalize_scalable(name)
         deadline = time.monotonic() + timeout

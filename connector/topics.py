@@ -33,12 +33,9 @@ def normalize_any(topic: str) -> str:
     return normalize_topic(topic)
 
 
-def last_entry(client, topic: str) -> tuple[int, int] | None:
-    """The broker's last confirmed entry of a topic, from a throw-away subscription.
-
-    ``None`` when the topic holds no entry (pulsar-lite raises instead of
-    answering -1, so both are folded here).
-    """
+def _probe_last(client, topic: str, on_error):
+    """The broker's last confirmed entry, from a throw-away subscription; ``on_error``
+    decides what a failed probe means (pulsar-lite answers an empty topic with one)."""
     import uuid
 
     import pulsar
@@ -49,46 +46,40 @@ def last_entry(client, topic: str) -> tuple[int, int] | None:
     try:
         mid = consumer.get_last_message_id()
         return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
-    except Exception:
-        return None
+    except Exception as e:
+        return on_error(e)
     finally:
         try:
             consumer.unsubscribe()
         except Exception:
             consumer.close()
+
+
+def last_entry(client, topic: str) -> tuple[int, int] | None:
+    """The last confirmed entry of a topic; ``None`` when it holds none (or the probe
+    failed: callers use it to plan, and plan again at the next trigger)."""
+    return _probe_last(client, topic, lambda _e: None)
 
 
 def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
     """Like :func:`last_entry`, but an error is never taken for "empty".
 
-    It fixes a sealed segment's end once and for all, so a probe failure must not
-    become "no entries". pulsar-lite answers an empty topic with an error: then a
-    reader from the earliest entry confirms the topic is really empty.
+    It fixes a sealed segment's end once and for all, so a failed probe must not
+    become "no entries": a reader from the earliest entry confirms the topic is
+    really empty, else the error is raised (and the seal is finished later).
     """
-    import uuid
-
     import pulsar
 
     from pulsar_txn.errors import PulsarTxnError
 
-    consumer = client.subscribe(topic, f"__ptxn-probe-{uuid.uuid4().hex[:12]}",
-                                initial_position=pulsar.InitialPosition.Latest,
-                                receiver_queue_size=1)
-    try:
-        mid = consumer.get_last_message_id()
-        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
-    except Exception as probe_error:
+    def confirm_empty(error: Exception) -> None:
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
         try:
             reader.read_next(2000)
         except pulsar.Timeout:
-            return None  # nothing to read: empty
+            return None
         finally:
             reader.close()
-        raise PulsarTxnError(f"{topic}: cannot tell its last entry ({probe_error}); "
-                             "try again") from probe_error
-    finally:
-        try:
-            consumer.unsubscribe()
-        except Exception:
-            consumer.close()
+        raise PulsarTxnError(f"{topic}: cannot tell its last entry ({error}); try again")
+
+    return _probe_last(client, topic, confirm_empty)

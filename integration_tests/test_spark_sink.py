@@ -105,13 +105,16 @@ def test_sink_replay_after_the_failed_batch_txn_expired_unswept(
     client = make_client(sweeper=False)  # no sweeper anywhere but the query's own driver
     topic, expected = topic_name("sink-t"), write_inputs(tmp_path / "in", 3, 30)
     crashed = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
-                      fault="crash-before-commit:1", timeout_ms=2000)
-    assert crashed.returncode != 0, crashed.stdout
+                      fault="crash-before-commit:1", timeout_ms=8000)
+    assert crashed.returncode != 0 and "batch 0: committed" in crashed.stderr, \
+        crashed.stderr[-3000:]
     stale = client.store.open_txns()
     assert len(stale) == 1, stale  # batch 1's txn, abandoned OPEN
-    time.sleep(2.5)
+    while client.store.server_time_ms() <= stale[0][1] + 50:  # past its deadline, unswept
+        time.sleep(0.1)
+    assert client.coordinator.get(stale[0][0]).state.value == "OPEN"
     done = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
-                   timeout_ms=2000)
+                   timeout_ms=8000)
     assert done.returncode == 0, done.stderr[-3000:]
     assert Counter(m.value for m in read_all(client.create_reader(topic), 1500)) == expected
     assert client.coordinator.get(stale[0][0]).state.value == "ABORTED"

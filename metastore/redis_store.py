@@ -156,6 +156,23 @@ class RedisWatch(threading.Thread):
         self.join(timeout=2)
 
 
+class _Script:
+    """A registered script that survives a server restart's empty script cache even
+    when the reload races the restart (redis-py retries NOSCRIPT only once)."""
+
+    def __init__(self, script) -> None:
+        self._script = script
+
+    def __call__(self, keys, args):
+        for attempt in range(3):
+            try:
+                return self._script(keys=keys, args=args)
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
 class RedisTopicWatch(threading.Thread):
     """Layout changes of scalable topics, pushed (XREAD BLOCK on each topic's stream).
 
@@ -250,7 +267,7 @@ class RedisMetadataStore:
         self.keys = Keys(namespace, self.partitions)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
-        self._s = {name: self.r.register_script(_load_lua(name)) for name in (
+        self._s = {name: _Script(self.r.register_script(_load_lua(name))) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
             "gc_txn", "advance_sink",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied",

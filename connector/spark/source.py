@@ -374,6 +374,8 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
 
 def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 2000):
     """Executor-side: yield Arrow batches of the committed rows of one segment range."""
+    if not isinstance(part, SegmentPartition):
+        return  # Spark's stand-in partition for an empty plan: nothing to read
     import pulsar
     import pyarrow as pa
 
@@ -663,11 +665,13 @@ class BatchSource:
                     if u.hold:
                         end[u.segment] = start[u.segment]
                         continue
-                    g = planner.gate(u.segment, start[u.segment], u.lac)
-                    g = min(g, u.cap) if u.cap else g
                     if isinstance(e, dict) and u.segment in e:
-                        g = min(g, e[u.segment])  # never past the gate: READ_COMMITTED
-                    end[u.segment] = max(g, start[u.segment])
+                        # as given (Kafka's semantics: a missing range is data loss);
+                        # READ_COMMITTED still holds: executors wait for OPEN outcomes
+                        end[u.segment] = e[u.segment]
+                        continue
+                    g = planner.gate(u.segment, start[u.segment], u.lac)
+                    end[u.segment] = min(g, u.cap) if u.cap else g
             return plan_partitions(to_offset(start), to_offset(end), self.opts.min_partitions,
                                    planner.first_entry, planner.topic_of)
         finally:

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import threading
 import time
 import uuid
 
 import redis
-from common import plain_read
+from common import machine, plain_read
 
 from pulsar_txn.buffer import TransactionBuffer
 from pulsar_txn.client import PulsarTxnClient
@@ -220,9 +218,7 @@ def main() -> None:
     args = ap.parse_args()
     q = args.quick
     only = set((args.only or "fanout,visible,gate,reader,cold").split(","))
-    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores, "
-                          f"{platform.system()} {platform.release()}, Python "
-                          f"{platform.python_version()}"}
+    results = {"machine": machine()}
     with Services() as s:
         results["broker"] = s.kind
         plan = {  # name -> (result key, run(quick))

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 import uuid
+
+from common import machine
 
 from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.harness import Services
@@ -112,9 +112,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke)")
     ap.add_argument("--json", help="also write results to this file")
     args = ap.parse_args()
-    results = {"machine": f"{platform.machine()} {os.cpu_count()} cores, "
-                          f"{platform.system()} {platform.release()}, Python "
-                          f"{platform.python_version()}"}
+    results = {"machine": machine()}
     with Services() as s:
         results["broker"] = s.kind
         results["sealed_commit"] = run(s, 10 if args.quick else 60)

@@ -11,6 +11,14 @@ import pulsar
 from pulsar_txn.client import quiet_logger
 
 
+def machine() -> str:
+    """Where a result was measured (recorded with it in docs/bench-results)."""
+    import platform
+
+    return (f"{platform.machine()} {os.cpu_count()} cores, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}")
+
+
 def plain_read(service_url: str, topic: str, n: int) -> float:
     """Seconds for a plain pulsar-client Reader to read n messages (payload + id)."""
     c = pulsar.Client(service_url, logger=quiet_logger())

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.records import BEFORE_EARLIEST, Position
@@ -123,14 +125,22 @@ class Layout:
     def name(self) -> str:
         return SCHEME + self.topic
 
+    @cached_property
+    def _active(self) -> tuple[tuple[Segment, ...], tuple[int, ...]]:
+        """ACTIVE segments by range start, and those starts (computed once per layout:
+        routing runs for every message)."""
+        act = tuple(sorted((s for s in self.segments.values() if s.active), key=lambda s: s.lo))
+        return act, tuple(s.lo for s in act)
+
     def active(self) -> list[Segment]:
-        return sorted((s for s in self.segments.values() if s.active), key=lambda s: s.lo)
+        return list(self._active[0])
 
     def route(self, h: int) -> Segment:
-        for s in self.active():
-            if s.covers(h):
-                return s
-        raise AssertionError(f"{self.name}: hash {h} has no ACTIVE segment (corrupt layout)")
+        act, starts = self._active
+        i = bisect_right(starts, h) - 1
+        if i < 0 or not act[i].covers(h):
+            raise AssertionError(f"{self.name}: hash {h} has no ACTIVE segment (corrupt layout)")
+        return act[i]
 
     def by_backing(self, backing: str) -> Segment | None:
         for s in self.segments.values():

@@ -50,7 +50,7 @@ from pulsar_txn.dag import (
 from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import BEFORE_EARLIEST
-from pulsar_txn.topics import last_entry, last_entry_strict
+from pulsar_txn.topics import WHOLE_ENTRY, last_entry, last_entry_strict, scan
 
 log = logging.getLogger(__name__)
 
@@ -252,28 +252,13 @@ class ScalableTopics:
             self._watch = None
 
 
-def count_backing_entries(client: pulsar.Client, backing: str, idle_ms: int = 300) -> int:
+def count_backing_entries(client: pulsar.Client, backing: str) -> int:
     """Messages stored in a backing topic (a scan: for describe, not for hot paths)."""
     last = last_entry(client, backing)
     if last is None:
         return 0
-    reader = client.create_reader(backing, pulsar.MessageId.earliest, receiver_queue_size=2000)
-    n, seen = 0, None
-    try:
-        while True:
-            try:
-                msg = reader.read_next(idle_ms)
-            except pulsar.Timeout:
-                return n
-            mid = msg.message_id()
-            if seen is not None and mid <= seen:
-                continue  # pulsar-lite redelivers
-            seen = mid
-            n += 1
-            if (mid.ledger_id(), mid.entry_id()) >= last and mid.batch_index() < 0:
-                return n
-    finally:
-        reader.close()
+    return sum(1 for _ in scan(client, backing, (-1, -1, -1), (*last, WHOLE_ENTRY),
+                               timeout_ms=2_000, fail_on_data_loss=False))
 
 
 class _SegmentProducer:
@@ -529,6 +514,7 @@ class ScalableReader:
         self._done: set[int] = set()
         self._turn = 0
         self._completing = 0.0  # last time this reader tried to finish a seal
+        self._admitted: tuple[int, int] | None = None  # (layout version, segments done)
         if start == "latest":
             for s in self._layout.segments.values():
                 if not s.active:
@@ -542,6 +528,10 @@ class ScalableReader:
 
     def _admit(self) -> None:
         self._layout = self._topics.layout(self.topic)
+        state = (self._layout.version, len(self._done))
+        if state == self._admitted:
+            return  # nothing changed since the last look: no DAG walk per message
+        self._admitted = state
         for s in self._layout.read_order():
             if s.id in self._done or s.id in self._readers:
                 continue

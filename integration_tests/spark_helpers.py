@@ -13,6 +13,16 @@ from pathlib import Path
 JOB = Path(__file__).parent / "spark_jobs" / "sink_job.py"
 
 
+def source_df(spark, broker, redis_server, namespace, stream=True, **opts):
+    """A pulsar-txn source DataFrame on the test's services (stream or batch)."""
+    r = spark.readStream if stream else spark.read
+    r = (r.format("pulsar-txn").option("service.url", broker.service_url)
+         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace))
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
 def write_inputs(d: Path, files: int, rows: int) -> Counter:
     d.mkdir(parents=True, exist_ok=True)
     expected = Counter()

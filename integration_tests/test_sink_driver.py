@@ -25,15 +25,18 @@ def _sink(broker, redis_server, namespace, topic, sink_id):
                             StructType([StructField("value", BinaryType())]))
 
 
-def _task_write(client, topic, sink_id, batch_id, writer, payload):
-    from pulsar_txn.spark.sink import PulsarTxnCommitMessage
-
-    header = client.coordinator.new_transaction(60_000, owner=f"{sink_id}:{batch_id}")
+def _run(client, txn_id, topic, writer) -> WriterRun:
     seg = normalize_topic(topic)
-    run = WriterRun(client.store, header.txn_id, seg, writer, client.pulsar.create_producer(seg))
+    return WriterRun(client.store, txn_id, seg, writer, client.pulsar.create_producer(seg))
+
+
+def _task_write(client, topic, sink_id, batch_id, writer, payload):
+    """What a task attempt does: join the batch's txn by owner, append as its writer."""
+    header = client.coordinator.new_transaction(60_000, owner=f"{sink_id}:{batch_id}")
+    run = _run(client, header.txn_id, topic, writer)
     run.send(payload)
     run.flush()
-    return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (seg,), 1)
+    return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (run.segment,), 1)
 
 
 def test_sink_abort_after_a_successful_commit_changes_nothing(client, broker, redis_server,
@@ -57,9 +60,7 @@ def test_sink_replayed_committed_batch_commits_nothing_new(client, broker, redis
     core.commit([first], 3)
     header = client.coordinator.new_transaction(60_000, owner="s-replay:3")
     assert header.state is TxnState.COMMITTED and str(header.txn_id) == first.txn_id
-    seg = normalize_topic(topic)
-    zombie = WriterRun(client.store, header.txn_id, seg, "t0.a0.again",
-                       client.pulsar.create_producer(seg))
+    zombie = _run(client, header.txn_id, topic, "t0.a0.again")
     with pytest.raises(TxnNotOpen):  # the registration fences a write to a decided txn
         zombie.send(b"twice")
     core.commit([PulsarTxnCommitMessage("s-replay", first.txn_id, "t0.a0.again", (), 0,

@@ -10,17 +10,9 @@ from collections import Counter
 
 import pytest
 from helpers import mixed_history
+from spark_helpers import source_df as _reader
 
 pytestmark = pytest.mark.spark
-
-
-def _reader(spark, broker, redis_server, namespace, stream=True, **opts):
-    r = spark.readStream if stream else spark.read
-    r = (r.format("pulsar-txn").option("service.url", broker.service_url)
-         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace))
-    for k, v in opts.items():
-        r = r.option(k, v)
-    return r.load()
 
 
 def test_source_never_returns_uncommitted_aborted_or_losing_rows(

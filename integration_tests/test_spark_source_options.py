@@ -10,18 +10,11 @@ import uuid
 
 import pulsar
 import pytest
+from spark_helpers import source_df
 
 from pulsar_txn.client import quiet_logger
 
 pytestmark = pytest.mark.spark
-
-
-def _stream(spark, broker, redis_server, namespace, **opts):
-    r = (spark.readStream.format("pulsar-txn").option("service.url", broker.service_url)
-         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace))
-    for k, v in opts.items():
-        r = r.option(k, v)
-    return r.load()
 
 
 def _batches(spark, broker, redis_server, namespace, ckpt, available_now=True, fail=None,
@@ -37,7 +30,7 @@ def _batches(spark, broker, redis_server, namespace, ckpt, available_now=True, f
         with lock:
             got[batch_id] = vals
 
-    w = (_stream(spark, broker, redis_server, namespace, **opts).writeStream.foreachBatch(sink)
+    w = (source_df(spark, broker, redis_server, namespace, **opts).writeStream.foreachBatch(sink)
          .option("checkpointLocation", str(ckpt)))
     w = w.trigger(availableNow=True) if available_now else \
         w.trigger(processingTime="200 milliseconds")

@@ -15,19 +15,18 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
 from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.topics import WHOLE_ENTRY, DataLoss, scan  # noqa: F401  (DataLoss: API)
 
 from .options import SourceOptions
 
 log = logging.getLogger("pulsar_txn.spark.source")
 
 BEFORE = (-1, -1, -1)
-WHOLE_ENTRY = 2**31 - 1
 SCHEMA = ("key string, value binary, topic string, segment string, messageId string, "
           "publishTime timestamp, eventTime timestamp, properties map<string,string>, "
           "txnId string")
@@ -314,62 +313,6 @@ class Planner:
     def close(self) -> None:
         self.pulsar.close()
         self.store.close()
-
-
-class DataLoss(PulsarTxnError):
-    """Entries of a planned range can no longer be read (deleted topic or ledgers)."""
-
-
-def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
-         fail_on_data_loss: bool = True, reader: dict | None = None
-         ) -> Iterator[tuple[Pos, object]]:
-    """Yield (position, native message) for start < position <= end, in order.
-
-    Starts the reader *inclusively* at the start entry and filters, rather than
-    trusting exclusive starts inside batches; never seeks (pulsar-lite cannot).
-    """
-    import pulsar
-
-    if end <= start:
-        return
-    if start == BEFORE or start[1] < 0:  # earlier ledgers are filtered out below
-        mid, inclusive = pulsar.MessageId.earliest, False
-    else:
-        mid, inclusive = pulsar.MessageId(-1, start[0], start[1], -1), True
-    reader = client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
-                                  **{"receiver_queue_size": 2000, **(reader or {})})
-    native = reader._reader
-    last: Pos | None = None
-    try:
-        while True:
-            at_end_entry = last is not None and (last[0], last[1]) == (end[0], end[1])
-            wait = 200 if at_end_entry else timeout_ms
-            try:
-                raw = native.read_next(wait)
-            except pulsar.Timeout:
-                if at_end_entry:
-                    return  # the end entry's batch is complete
-                msg = (f"{segment}: no entry after {encode(last or start)} within {timeout_ms} "
-                       f"ms although {encode(end)} was planned: its data is gone (deleted "
-                       "topic or ledgers). Set failOnDataLoss=false to skip lost ranges.")
-                if fail_on_data_loss:
-                    raise DataLoss(msg) from None
-                log.warning("%s (failOnDataLoss=false: skipped)", msg)
-                return
-            m = raw.message_id()
-            pos = (m.ledger_id(), m.entry_id(), m.batch_index())
-            if last is not None and pos <= last:
-                continue  # a redelivery (pulsar-lite duplicates unbatched topics)
-            last = pos
-            if pos <= start:
-                continue
-            if pos > end:
-                return
-            yield pos, raw
-            if pos == end or (pos[2] < 0 and (pos[0], pos[1]) == (end[0], end[1])):
-                return
-    finally:
-        reader.close()
 
 
 def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 2000):

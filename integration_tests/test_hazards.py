@@ -63,3 +63,41 @@ def test_writer_registered_before_end_but_not_winner_stays_invisible(client, pla
     assert values(client.create_reader(t)) == [b"winner"]
     client.coordinator.sweep_gc(retention_ms=0)  # ... and after header GC (H2)
     assert values(client.create_reader(t)) == [b"winner"]
+
+
+class _StoredThenTimedOut:
+    """Fault injection around a real producer: the append is stored by the broker,
+    then the client reports a timeout (the ambiguous outcome a network blip gives)."""
+
+    def __init__(self, producer) -> None:
+        self._p = producer
+
+    def send(self, value, **kw):
+        import pulsar
+
+        self._p.send(value, **kw)
+        raise pulsar.Timeout("fault injection: stored, but reported as a timeout")
+
+
+def test_ambiguous_first_append_keeps_its_registration_so_abort_hides_it_after_gc(
+        client, topic_name):
+    """H1/H2 on the scalable-topic path: a writer-run may withdraw its registration only
+    when the append was certainly not stored (sealed before it, or TopicTerminated).
+    After an ambiguous failure the record must stay, so the abort lists the writer and
+    the entry stays hidden once the header is collected."""
+    import pulsar
+
+    from pulsar_txn.writer import WriterRun
+
+    t = topic_name()
+    txn = client.new_transaction()
+    run = WriterRun(client.store, txn.id, t, "w-amb",
+                    _StoredThenTimedOut(client.pulsar.create_producer(t)), fence=lambda: None)
+    with pytest.raises(pulsar.Timeout):
+        run.send(b"stored-but-unconfirmed")
+    assert [r.writer for r in client.store.list_writes(txn.id)[0]] == ["w-amb"]
+    client.coordinator.abort(txn.id)
+    client.create_producer(t).send(b"after")
+    client.coordinator.sweep_gc(retention_ms=0)
+    assert client.store.get_header(txn.id) is None  # collected ...
+    assert values(client.create_reader(t)) == [b"after"]  # ... and still classified

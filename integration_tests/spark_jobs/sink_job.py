@@ -39,6 +39,16 @@ def main() -> None:
              .config("spark.speculation.minTaskRuntime", "200ms"))
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if args.speculation and args.master.startswith("spark://"):
+        # Spark never speculates on the host that runs the first attempt: start only
+        # once both workers' executors are up, or both tasks may land on one host
+        import time
+
+        deadline = time.monotonic() + 90
+        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+        while status.size() < 3 and time.monotonic() < deadline:  # driver + 2 executors
+            time.sleep(0.2)
+            status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
     src = (spark.readStream.schema("id long, payload string").option("maxFilesPerTrigger", 1)
            .json(args.input))
     out = src.repartition(args.partitions).select(

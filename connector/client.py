@@ -137,10 +137,17 @@ class Transaction:
         return header
 
     def _finish(self, header: TxnHeader) -> None:
+        """After the decision: nothing here may fail the end, which already happened
+        (a caller that saw an error would retry and duplicate). What fails is finished
+        by recovery: a restarted consumer re-applies committed acks from the index."""
         self.header = header
         self._state = header.state
         for store in self._ack_stores:  # same-process participants need not wait for events
-            store.on_end(self.id, header.state)
+            try:
+                store.on_end(self.id, header.state)
+            except Exception as e:  # noqa: BLE001 - pulsar-client raises plain errors too
+                log.warning("transaction %s is %s; applying its acks on %s failed (recovery "
+                            "finishes it): %s", self.id, header.state.value, store.segment, e)
 
     def __enter__(self) -> Transaction:
         return self

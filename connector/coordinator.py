@@ -114,7 +114,10 @@ class TransactionCoordinator:
         finishes it. Readers stay correct meanwhile (the gate is only held back).
         """
         if self.materialize_inline:
-            self.materialize(txn_id, segments)
+            try:
+                self.materialize(txn_id, segments)
+            except PulsarTxnError as e:  # decided already: the sweeper finishes it
+                log.warning("materializing %s failed (a sweep finishes it): %s", txn_id, e)
         elif self._queue is not None:
             self._queue.put((txn_id, None if segments is None else tuple(segments)))
 

@@ -58,10 +58,15 @@ class InvalidTxnTransition(TxnConflict):
 
 
 class AckConflict(TxnConflict):
-    def __init__(self, position: str, holder: str) -> None:
-        super().__init__(f"message {position} is already acknowledged by transaction {holder}")
+    """``committed``: the holder's ack already reached the cursor (a tombstone, final);
+    otherwise the holder is a transaction that may still end either way."""
+
+    def __init__(self, position: str, holder: str, committed: bool = False) -> None:
+        verb = "was acknowledged by committed" if committed else "is pending ack under"
+        super().__init__(f"message {position} {verb} transaction {holder}")
         self.position = position
         self.holder = holder
+        self.committed = committed
 
 
 class InvalidTxnId(PulsarTxnError, ValueError):

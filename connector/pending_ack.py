@@ -3,8 +3,10 @@
 An ack under T first *claims* the message in the (segment, subscription) claim
 table (PENDING_ACK: another txn's claim conflicts), then records it under T's
 header, which is the fence (no ack joins after the end CAS). Commit applies the
-recorded acks to the Pulsar subscription; abort releases the claims so the
-messages are redelivered. ``recover`` re-applies committed-but-unapplied acks
+recorded acks to the Pulsar subscription and turns the claims into tombstones
+(a Shared subscription may still redeliver an acked message: a later claim of it
+must conflict, invariant 7); abort releases the claims so the messages are
+redelivered. ``recover`` re-applies committed-but-unapplied acks
 after a crash; applying is idempotent (acking an acked message is a no-op).
 """
 
@@ -22,6 +24,7 @@ from pulsar_txn.state import TxnState
 log = logging.getLogger(__name__)
 
 CUM = "~cum"
+TOMB = "~tomb"  # the highest committed cumulative ack: "txn|position"
 
 
 def ack_key(p: Position) -> str:
@@ -77,11 +80,15 @@ class PendingAckStore:
                 self.store.claim_acks(txn_id, self.segment, self.subscription, keys, cumulative)
                 return
             except AckConflict as conflict:
+                if conflict.committed:  # a committed ack is final (invariant 7)
+                    raise
                 holder = TxnId.parse(conflict.holder)
                 h = self.store.get_header(holder)
                 if h is not None and h.state is not TxnState.ABORTED:
                     raise
-                # An aborted (or collected) holder's claim is void: release and retry.
+                # An aborted holder's claim is void: release and retry. A live claim
+                # whose header is gone is void too: a committed holder turns its claims
+                # into tombstones before its header can be collected.
                 self.store.release_acks(holder, self.segment, self.subscription)
         raise AckConflict(keys[0], "a concurrently re-claiming transaction")
 
@@ -101,8 +108,11 @@ class PendingAckStore:
 
     def _apply_committed(self, txn_id: TxnId, recovering: bool = False) -> None:
         rec = self.store.list_acks(txn_id).get((self.segment, self.subscription))
-        if rec is None or rec.get("applied"):
+        if rec is None:  # claimed, never recorded: the txn did not ack them
             self.store.release_acks(txn_id, self.segment, self.subscription)
+            return
+        if rec.get("applied"):
+            self._settle(txn_id, rec)
             return
         ind = [ack_position(k) for k in rec.get("ind", [])]
         if ind:
@@ -115,9 +125,19 @@ class PendingAckStore:
                 cum = ack_position(rec["cum"])
                 if self.recovered_cumulative is None or cum > self.recovered_cumulative:
                     self.recovered_cumulative = cum
-        # mark before release: a crash in between leaves a claim that recovery
-        # finds and releases; the reverse order would strand the mark.
+        # Tombstones before the mark: GC collects a committed header only once every
+        # ack record is marked, so a live claim whose header is gone is never a
+        # committed one. A crash between the two leaves a tombstone of a header with
+        # an unmarked record: ``recover`` finishes the mark.
+        self._settle(txn_id, rec)
         self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
+
+    def _settle(self, txn_id: TxnId, rec: dict) -> None:
+        """Tombstone the recorded acks; release any claim the txn never recorded."""
+        acked = list(rec.get("ind", [])) + ([CUM] if rec.get("cum") else [])
+        if acked:
+            self.store.release_acks(txn_id, self.segment, self.subscription, acked,
+                                    committed=True)
         self.store.release_acks(txn_id, self.segment, self.subscription)
 
     def pending_txns(self) -> list[TxnId]:
@@ -126,13 +146,29 @@ class PendingAckStore:
 
     # ---- Recovery ----
     def recover(self) -> dict[str, int]:
-        """After a crash: finish the materialization of every ended holder of a claim."""
+        """After a crash: finish the materialization of every ended holder of a claim,
+        and the mark of every committed holder whose claims are tombstones already."""
         claims = self.store.list_claims(self.segment, self.subscription)
-        holders = {v.split("|", 1)[0] if k == CUM else v for k, v in claims.items()}
-        ids = [TxnId.parse(h) for h in holders]
+        holders, settled = set(), set()
+        for k, v in claims.items():
+            if k == TOMB:
+                settled.add(v.split("|", 1)[0])
+            elif k == CUM:
+                holders.add(v.split("|", 1)[0])
+            elif v.startswith("="):
+                settled.add(v[1:])
+            else:
+                holders.add(v)
+        ids = [TxnId.parse(h) for h in holders | settled]
         headers = self.store.get_headers(ids) if ids else {}
         stats = {"applied": 0, "released": 0, "open": 0}
         for t, h in headers.items():
+            if str(t) in settled and str(t) not in holders:
+                if h is not None and h.open_ack_records > 0:
+                    rec = self.store.list_acks(t).get((self.segment, self.subscription))
+                    if rec is not None and not rec.get("applied"):
+                        self.store.mark_acks_applied(t, self.segment, self.subscription)
+                continue
             if h is None or h.state is TxnState.ABORTED:
                 self.store.release_acks(t, self.segment, self.subscription)
                 stats["released"] += 1

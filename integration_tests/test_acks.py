@@ -94,4 +94,82 @@ def test_consumer_crash_between_commit_and_ack_application_recovers(
     assert c2.recovered["applied"] == 1
     assert [m.value for m in read_all(c2, 1500)] == [b"m3"]
     assert restarted.store.get_header(txn.id).open_ack_records == 0
-    assert restarted.store.list_claims(c2.segment, "sub") == {}
+    # no live claim is left; the applied acks stay as tombstones of the committed txn
+    claims = restarted.store.list_claims(c2.segment, "sub")
+    assert len(claims) == 3 and set(claims.values()) == {f"={txn.id}"}
+
+
+def test_committed_ack_stays_a_conflict_for_later_claims(client, topic_name):
+    """Invariant 7 after the first commit: a Shared subscription may redeliver m to
+    another consumer after A committed its ack; B's claim of m must conflict."""
+    t = topic_name()
+    _fill(client, t, 1)
+    c = client.subscribe(t, "sub")
+    m = c.receive(5000)
+    first = client.new_transaction()
+    c.acknowledge(m, txn=first)
+    first.commit()
+    second = client.new_transaction()
+    with pytest.raises(AckConflict) as err:
+        c.acknowledge(m, txn=second)  # the redelivered copy, acked under another txn
+    assert err.value.holder == str(first.id)
+    second.abort()
+
+
+def test_committed_ack_conflicts_after_crash_recovery_and_gc(make_client, topic_name):
+    """The same after a crash before the acks were applied, recovery, and header GC:
+    a collected holder's claim must not be taken for an aborted one."""
+    t = topic_name()
+    producer_client = make_client()
+    _fill(producer_client, t, 1)
+    crashed = make_client()
+    c = crashed.subscribe(t, "sub")
+    m = c.receive(5000)
+    txn = crashed.new_transaction()
+    c.acknowledge(m, txn=txn)
+    crashed._watch.close()
+    crashed.pulsar.close()
+    producer_client.coordinator.commit(txn.id)
+    restarted = make_client()
+    c2 = restarted.subscribe(t, "sub")
+    assert c2.recovered["applied"] == 1
+    assert restarted.coordinator.sweep_gc(retention_ms=0) >= 1
+    assert restarted.store.get_header(txn.id) is None
+    later = restarted.new_transaction()
+    with pytest.raises(AckConflict):
+        c2.acknowledge(m, txn=later)
+    later.abort()
+
+
+def test_later_cumulative_acks_pass_an_earlier_committed_cumulative_ack(client, topic_name):
+    """Tombstones must not block progress: cumulative acks of successive txns move on."""
+    t = topic_name()
+    _fill(client, t, 3)
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(3)]
+    for m in msgs[1:]:
+        with client.transaction() as txn:
+            c.acknowledge_cumulative(m, txn=txn)
+    with pytest.raises(AckConflict):  # below the committed cumulative ack
+        with client.transaction() as txn:
+            c.acknowledge(msgs[0], txn=txn)
+
+
+def test_commit_reports_success_once_decided_even_if_applying_acks_fails(
+        make_client, topic_name):
+    """Hole 8: after the CAS the txn IS committed; a caller that saw an exception
+    would retry and duplicate. Post-decision work is finished by recovery."""
+    t = topic_name()
+    client = make_client()
+    _fill(client, t, 2)
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(2)]
+    txn = client.new_transaction()
+    c.acknowledge(msgs[0], txn=txn)
+    c._c.close()  # applying the ack to the cursor now fails (AlreadyClosed)
+    header = txn.commit()
+    assert header.state.value == "COMMITTED"
+    assert client.store.get_header(txn.id).state.value == "COMMITTED"
+    # a restarted consumer finishes the application: m0 is not redelivered
+    c2 = make_client().subscribe(t, "sub")
+    assert [m.value for m in read_all(c2, 1500)] == [b"m1"]

@@ -526,13 +526,16 @@ class RedisMetadataStore:
             keys=[self.keys.ack_claims(segment, subscription)],
             args=[str(txn_id), "cum" if cumulative else "ind", *positions])
         if res[0] == "CONFLICT":
-            raise AckConflict(res[1], res[2])
+            raise AckConflict(res[1], res[2], committed=res[3] == "COMMITTED")
 
     @_translate
     def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
-                     positions: Sequence[str] = ()) -> int:
+                     positions: Sequence[str] = (), committed: bool = False) -> int:
+        """Settle a holder's claims: delete them, or (``committed``) turn them into
+        tombstones that conflict with every later claim of those messages."""
         return int(self._s["release_acks"](
-            keys=[self.keys.ack_claims(segment, subscription)], args=[str(holder), *positions]))
+            keys=[self.keys.ack_claims(segment, subscription)],
+            args=[str(holder), "commit" if committed else "release", *positions]))
 
     @_translate
     def record_acks(self, txn_id: TxnId, segment: str, subscription: str,

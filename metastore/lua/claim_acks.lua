@@ -1,35 +1,57 @@
 #!lua
 -- Put messages of one (segment, subscription) in PENDING_ACK under a transaction.
--- Individual claims conflict with another txn's claim on the same message or a
--- cumulative claim covering it; a cumulative claim conflicts with any other txn's
--- claim at or below it. All-or-nothing: conflicts are found before any write.
+-- Individual claims conflict with another txn's claim on the same message, a
+-- cumulative claim covering it, or a committed ack of it (a tombstone: '=<txn>' on
+-- the message, or '~tomb', the highest committed cumulative ack). A cumulative claim
+-- conflicts with another txn's live claim at or below it, and with '~tomb' at or
+-- above it. All-or-nothing: conflicts are found before any write.
 -- KEYS[1] claim table of (segment, subscription)
 -- ARGV[1] txn id   ARGV[2] 'ind' | 'cum'   ARGV[3..] ack positions (lexicographic order)
--- returns {'OK'} | {'CONFLICT', position, holder}
+-- returns {'OK'} | {'CONFLICT', position, holder, 'OPEN' | 'COMMITTED'}
 local txn, mode = ARGV[1], ARGV[2]
+local tomb = redis.call('HGET', KEYS[1], '~tomb')
+local tomb_txn, tomb_pos = nil, nil
+if tomb then
+  local bar = string.find(tomb, '|', 1, true)
+  tomb_txn, tomb_pos = string.sub(tomb, 1, bar - 1), string.sub(tomb, bar + 1)
+end
 local cum = redis.call('HGET', KEYS[1], '~cum')
 local cum_txn, cum_pos = nil, nil
 if cum then
   local bar = string.find(cum, '|', 1, true)
   cum_txn, cum_pos = string.sub(cum, 1, bar - 1), string.sub(cum, bar + 1)
 end
+local function holder_of(value)
+  if string.sub(value, 1, 1) == '=' then return string.sub(value, 2), 'COMMITTED' end
+  return value, 'OPEN'
+end
 if mode == 'ind' then
   for i = 3, #ARGV do
-    local holder = redis.call('HGET', KEYS[1], ARGV[i])
-    if holder and holder ~= txn then return {'CONFLICT', ARGV[i], holder} end
+    local held = redis.call('HGET', KEYS[1], ARGV[i])
+    if held and held ~= txn then
+      local h, s = holder_of(held)
+      return {'CONFLICT', ARGV[i], h, s}
+    end
     if cum_txn and cum_txn ~= txn and ARGV[i] <= cum_pos then
-      return {'CONFLICT', ARGV[i], cum_txn}
+      return {'CONFLICT', ARGV[i], cum_txn, 'OPEN'}
+    end
+    if tomb_pos and ARGV[i] <= tomb_pos then
+      return {'CONFLICT', ARGV[i], tomb_txn, 'COMMITTED'}
     end
   end
   for i = 3, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], txn) end
   return {'OK'}
 end
 local pos = ARGV[3]
-if cum_txn and cum_txn ~= txn then return {'CONFLICT', pos, cum_txn} end
+if tomb_pos and pos <= tomb_pos then return {'CONFLICT', pos, tomb_txn, 'COMMITTED'} end
+if cum_txn and cum_txn ~= txn then return {'CONFLICT', pos, cum_txn, 'OPEN'} end
 local all = redis.call('HGETALL', KEYS[1])
 for j = 1, #all, 2 do
-  if all[j] ~= '~cum' and all[j + 1] ~= txn and all[j] <= pos then
-    return {'CONFLICT', all[j], all[j + 1]}
+  local f, v = all[j], all[j + 1]
+  -- acked messages below a cumulative ack are fine (Pulsar acks past them); live
+  -- claims of other transactions are not
+  if string.sub(f, 1, 1) ~= '~' and string.sub(v, 1, 1) ~= '=' and v ~= txn and f <= pos then
+    return {'CONFLICT', f, v, 'OPEN'}
   end
 end
 if cum_txn == txn and cum_pos > pos then pos = cum_pos end

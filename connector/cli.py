@@ -17,7 +17,7 @@ import time
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
-from pulsar_txn.records import TxnHeader, TxnId
+from pulsar_txn.records import TxnHeader, TxnId, sink_owner
 
 
 def _header_dict(h: TxnHeader, now_ms: int) -> dict:
@@ -100,14 +100,14 @@ def main(argv: list[str] | None = None) -> int:
             _print([_header_dict(coord.get(t), now)], args.json)
         elif args.cmd == "batch":
             sink = args.sink
-            if "/" in sink or sink.startswith("file:"):
+            if "/" in sink or sink.startswith("file:") or os.path.isdir(sink):
                 from pulsar_txn.spark.options import sink_id_for_checkpoint
 
-                sink = sink_id_for_checkpoint(os.path.abspath(sink) if "://" not in sink
-                                              and not sink.startswith("file:") else sink)
-            t = store.find_owner(f"{sink}:{args.batch_id}")
+                sink = sink_id_for_checkpoint(sink)  # the query id in its metadata file
+            last, query_id = store.sink_progress(sink)
+            t = (store.find_owner(sink_owner(sink, query_id, args.batch_id))
+                 if query_id else None)
             if t is None:
-                last = store.sink_last_batch(sink)
                 print(f"no transaction recorded for batch {args.batch_id} of sink {sink!r} "
                       f"(collected, or never written); last committed batch: {last}",
                       file=sys.stderr)

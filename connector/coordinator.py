@@ -20,7 +20,7 @@ from pulsar_txn.errors import (
     TxnTimedOut,
 )
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.records import TxnHeader, TxnId
+from pulsar_txn.records import SinkBatch, TxnHeader, TxnId
 from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
@@ -78,13 +78,15 @@ class TransactionCoordinator:
 
     def end_transaction(self, txn_id: TxnId, target: TxnState,
                         winners: Iterable[str] | None = None,
-                        segments: Iterable[str] | None = None) -> TxnHeader:
+                        segments: Iterable[str] | None = None,
+                        sink: SinkBatch | None = None) -> TxnHeader:
         """One CAS. Repeating the same end succeeds; the opposite end raises.
 
         ``winners`` (commit only) names the writers whose entries become visible;
         None means every writer that recorded a position.
         """
-        header, _changed, timed_out = self.store.end_txn(txn_id, target, winners, segments)
+        header, _changed, timed_out = self.store.end_txn(txn_id, target, winners, segments,
+                                                         sink)
         if timed_out:
             self._after_end(txn_id, segments)
             raise TxnTimedOut(str(txn_id))
@@ -132,8 +134,10 @@ class TransactionCoordinator:
         return done
 
     def commit(self, txn_id: TxnId, winners: Iterable[str] | None = None,
-               segments: Iterable[str] | None = None) -> TxnHeader:
-        return self.end_transaction(txn_id, TxnState.COMMITTED, winners, segments)
+               segments: Iterable[str] | None = None, sink: SinkBatch | None = None
+               ) -> TxnHeader:
+        """``sink``: a Spark sink batch; its progress advances in the same CAS."""
+        return self.end_transaction(txn_id, TxnState.COMMITTED, winners, segments, sink)
 
     def abort(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> TxnHeader:
         return self.end_transaction(txn_id, TxnState.ABORTED, None, segments)

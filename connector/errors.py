@@ -83,3 +83,20 @@ class SegmentSealed(PulsarTxnError):
     """The segment was sealed by a split or merge: re-route to its children."""
 
     retriable = True
+
+
+class SinkBoundToOtherQuery(ConfigError):
+    """An explicit ``sink.id`` already belongs to another Spark query (checkpoint)."""
+
+    def __init__(self, sink_id: str, query_id: str) -> None:
+        super().__init__(
+            f"option 'sink.id' = {sink_id!r} belongs to another streaming query ({query_id}); "
+            "a new checkpoint is a new query and would skip the batches the old one committed. "
+            "Use a new sink.id, or set option 'sink.id.rebind' = true to move this id to the "
+            "new query and start its progress over")
+        self.sink_id = sink_id
+        self.query_id = query_id
+
+
+class SinkFenced(PulsarTxnError):
+    """The sink id was re-bound to another query: this query's batch is not committed."""

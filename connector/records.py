@@ -89,9 +89,30 @@ class TxnId:
         return cls(int(m.group(1)), int(m.group(2)))
 
 
+OWNER_SEP = "|"
+
+
 def partition_of(owner: str, partitions: int) -> int:
-    """Stable partition for an owner key, so an owner's txns and its index share a slot."""
-    return zlib.crc32(owner.encode()) % partitions
+    """Stable partition for an owner key, so an owner's txns and its index share a slot.
+
+    Only the owner's group (the text before the first ``|``) counts: every batch of a
+    Spark sink (``<sink id>|<query id>|<batchId>``) lives in the partition of its sink
+    id, where its progress record is, so one CAS decides and advances both."""
+    return zlib.crc32(owner.split(OWNER_SEP, 1)[0].encode()) % partitions
+
+
+def sink_owner(sink_id: str, query_id: str, batch_id: int) -> str:
+    """The owner of a Spark sink batch's transaction: one per (sink, query, batchId)."""
+    return f"{sink_id}{OWNER_SEP}{query_id}{OWNER_SEP}{batch_id}"
+
+
+@dataclass(frozen=True)
+class SinkBatch:
+    """A Spark sink batch whose commit also advances the sink's progress."""
+
+    sink_id: str
+    query_id: str
+    batch_id: int
 
 
 def check_writer_id(writer: str) -> str:

@@ -79,9 +79,10 @@ class Keys:
         """Hash owner → txn seq, so a Spark sink finds the txn of (sink id, batchId)."""
         return f"{self.tag(p)}:own"
 
-    # ---- per-sink progress (Spark), its own slot ----
-    def sink(self, sink_id: str) -> str:
-        return f"{{{self.ns}:sink:{sink_id}}}"
+    def sink(self, p: int, sink_id: str) -> str:
+        """A Spark sink's progress: ``batch``, ``txn``, ``qid`` (the query it belongs to).
+        In the partition of the sink's transactions, so the commit CAS advances it."""
+        return f"{self.tag(p)}:sink:{sink_id}"
 
     # ---- scalable topic slot ``{ns:st:<tenant/ns/name>}`` ----
     def topic_tag(self, topic: str) -> str:

@@ -24,6 +24,8 @@ from pulsar_txn.errors import (
     ConfigError,
     MetastoreUnavailable,
     PulsarTxnError,
+    SinkBoundToOtherQuery,
+    SinkFenced,
     TxnNotFound,
     TxnNotOpen,
     TxnTimedOut,
@@ -31,6 +33,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.records import (
     OpenWrite,
     Position,
+    SinkBatch,
     TxnEvent,
     TxnHeader,
     TxnId,
@@ -269,7 +272,7 @@ class RedisMetadataStore:
         self._seq_blocks: dict[int, tuple[int, int]] = {}
         self._s = {name: _Script(self.r.register_script(_load_lua(name))) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
-            "gc_txn", "advance_sink",
+            "gc_txn", "bind_sink",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied",
             "withdraw_write", "create_topic", "change_layout", "seal_end")}
 
@@ -338,21 +341,31 @@ class RedisMetadataStore:
 
     @_translate
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                segments: Iterable[str] | None = None) -> tuple[TxnHeader, bool, bool]:
+                segments: Iterable[str] | None = None, sink: SinkBatch | None = None
+                ) -> tuple[TxnHeader, bool, bool]:
         """The single CAS, O(1) in the segments written. Returns (header, changed, timed_out).
 
         ``winners`` None means every writer that recorded a position (a scan of
         the write records). ``segments`` is not needed by the CAS (kept for the API).
+        ``sink``: a Spark sink batch whose progress the same CAS advances on commit.
         """
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         win_arg = "*" if winners is None else json.dumps(sorted(set(winners)))
-        res = self._s["end_txn"](
-            keys=[k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
-                  k.unmaterialized(p), k.events(p)],
-            args=[seq, target.value, win_arg, self.event_maxlen])
+        keys = [k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
+                k.unmaterialized(p), k.events(p)]
+        args = [seq, target.value, win_arg, self.event_maxlen]
+        if sink is not None:
+            if partition_of(sink.sink_id, self.partitions) != p:
+                raise ValueError(f"transaction {txn_id} is not in sink {sink.sink_id}'s partition")
+            keys.append(k.sink(p, sink.sink_id))
+            args += [sink.batch_id, sink.query_id]
+        res = self._s["end_txn"](keys=keys, args=args)
         status = res[0]
         if status == "NOTFOUND":
             raise TxnNotFound(f"transaction {txn_id} not found")
+        if status == "FENCED":
+            raise SinkFenced(f"sink {sink.sink_id} now belongs to query {res[1]}; batch "
+                             f"{sink.batch_id} of query {sink.query_id} is not committed")
         if status == "CONFLICT":
             check_transition(str(txn_id), TxnState(res[1]), target)  # raises
         fields = dict(zip(res[3::2], res[4::2]))
@@ -569,15 +582,26 @@ class RedisMetadataStore:
                                      args=[f"{segment}|{subscription}"])
 
     # ---- Spark sink progress ----
-    @_translate
-    def advance_sink(self, sink_id: str, batch_id: int, txn_id: TxnId) -> int:
-        return int(self._s["advance_sink"](keys=[self.keys.sink(sink_id)],
-                                           args=[batch_id, str(txn_id)]))
+    def _sink_key(self, sink_id: str) -> str:
+        return self.keys.sink(partition_of(sink_id, self.partitions), sink_id)
 
     @_translate
+    def bind_sink(self, sink_id: str, query_id: str, rebind: bool = False) -> int:
+        """Bind the sink id to the query (see bind_sink.lua); its last committed batch."""
+        res = self._s["bind_sink"](keys=[self._sink_key(sink_id)],
+                                   args=[query_id, "1" if rebind else "0"])
+        if res[0] == "OTHER":
+            raise SinkBoundToOtherQuery(sink_id, res[1])
+        return int(res[1])
+
+    @_translate
+    def sink_progress(self, sink_id: str) -> tuple[int, str | None]:
+        """(last committed batchId or -1, the query id the sink belongs to or None)."""
+        batch, qid = self.r.hmget(self._sink_key(sink_id), "batch", "qid")
+        return (int(batch) if batch is not None else -1), qid
+
     def sink_last_batch(self, sink_id: str) -> int:
-        raw = self.r.hget(self.keys.sink(sink_id), "batch")
-        return int(raw) if raw is not None else -1
+        return self.sink_progress(sink_id)[0]
 
     # ---- scalable topics (segment DAG) ----
     @_translate

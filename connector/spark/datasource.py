@@ -15,9 +15,12 @@ topic : str
     routed by key); else each row's ``topic`` column.
 transaction.timeout.ms : int, default 60000
     Deadline of each batch's transaction; must cover the longest batch.
-sink.id : str, default derived from ``checkpointLocation``
-    The idempotence key: one transaction per (sink.id, batchId); the checkpoint
-    identifies the query across restarts (like Delta's txnAppId).
+sink.id : str, default ``query-<Spark query id>``
+    The idempotence key: one transaction per (sink.id, batchId). The default follows
+    the query's identity, which the checkpoint keeps across restarts; a new checkpoint
+    is a new query. An explicit id belongs to the first query that writes it.
+sink.id.rebind : bool, default false
+    Move an explicit ``sink.id`` of another query to this one, starting over.
 pulsar.producer.* / pulsar.client.* :
     Passed to pulsar-client's ``create_producer`` / ``Client`` (snake_case names).
 

@@ -6,7 +6,6 @@ that names it, and every malformed value names the option and what it expects.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from dataclasses import dataclass, field
 
@@ -15,19 +14,49 @@ from pulsar_txn.errors import ConfigError
 # Spark's own options reach the source too; accepted and interpreted by Spark.
 SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
-SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.fault", "transactional"}
+SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",
+                 "transactional"}
 SOURCE = COMMON | {"topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
                    "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
                    "maxtriggerdelay", "startingtimestamp", "failondataloss", "datatimeoutms",
                    "minpartitions", "subscription", "admin.url"}
 
 
+def query_id_of_checkpoint(location: str) -> str:
+    """The Spark query id recorded in a (local) checkpoint's ``metadata`` file.
+
+    Spark writes it when a query first starts at a checkpoint and keeps it across
+    restarts; a deleted and re-created checkpoint gets a new one. Every spelling of
+    the location (``file:`` URLs, relative paths, ``//``, ``..``) reads the same file.
+    """
+    import json
+    import os
+    from urllib.parse import unquote, urlparse
+
+    path = location
+    if location.startswith("file:"):
+        path = unquote(urlparse(location).path)
+    elif "://" in location:
+        raise ConfigError(f"checkpoint location {location!r}: only local paths and file: URLs "
+                          "can be read here; pass the sink id ('query-<query id>') instead")
+    meta = os.path.join(os.path.realpath(os.path.abspath(path)), "metadata")
+    try:
+        with open(meta) as f:
+            return str(json.loads(f.readline())["id"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"checkpoint location {location!r}: no Spark query metadata at {meta} "
+                          f"({e.__class__.__name__}); has a query run there?") from None
+
+
 def sink_id_for_checkpoint(location: str) -> str:
-    """The default sink id: the checkpoint identifies the query across restarts
-    (like Delta's txnAppId). ``file:`` URLs and plain paths give the same id."""
-    path = location[len("file:"):] if location.startswith("file:") else location
-    digest = hashlib.sha1(path.rstrip("/").encode()).hexdigest()
-    return f"ckpt-{digest[:20]}"
+    """The default sink id of the query that owns a checkpoint: ``query-<query id>``."""
+    return default_sink_id(query_id_of_checkpoint(location))
+
+
+def default_sink_id(query_id: str) -> str:
+    """The default sink id follows Spark's query identity: it changes exactly when the
+    query does (a new checkpoint), never with how the checkpoint path is spelled."""
+    return f"query-{query_id}"
 
 
 def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -133,6 +162,7 @@ class SinkOptions:
     sink_id: str | None = None
     producer: dict = field(default_factory=dict)
     client: dict = field(default_factory=dict)
+    rebind: bool = False  # sink.id.rebind: move an explicit sink.id to this query
     transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
     fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
 
@@ -143,8 +173,6 @@ class SinkOptions:
         opts, service, metastore = _checked(options, "sink", SINK,
                                             ("pulsar.producer.", "pulsar.client."))
         sink_id = opts.get("sink.id") or None
-        if sink_id is None and opts.get("checkpointlocation"):
-            sink_id = sink_id_for_checkpoint(opts["checkpointlocation"])
         if sink_id is not None and ("|" in sink_id or "\n" in sink_id):
             raise ConfigError(f"option 'sink.id' must not contain '|' or newlines: {sink_id!r}")
         return cls(
@@ -156,6 +184,7 @@ class SinkOptions:
             producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             fault=opts.get("sink.fault", ""),
+            rebind=_bool(opts, "sink.id.rebind", False),
             transactional=_bool(opts, "transactional", True),
         )
 

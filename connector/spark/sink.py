@@ -19,11 +19,11 @@ from datetime import timezone
 import pulsar
 from pyspark.sql.datasource import WriterCommitMessage
 
-from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError
-from pulsar_txn.records import TxnId
+from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError, SinkFenced
+from pulsar_txn.records import SinkBatch, TxnId, sink_owner
 from pulsar_txn.state import TxnState
 
-from .options import SinkOptions
+from .options import SinkOptions, default_sink_id
 
 log = logging.getLogger("pulsar_txn.spark.sink")
 if not log.handlers:  # Spark keeps a Python worker's stderr in the driver/executor log
@@ -68,6 +68,7 @@ class PulsarTxnCommitMessage(WriterCommitMessage):
     segments: tuple[str, ...]
     rows: int
     already_committed: bool = False
+    query_id: str = ""
 
 
 def _kill_driver(reason: str) -> None:
@@ -299,16 +300,20 @@ class StreamSinkWriter:
             segments, rows = write_rows(self.opts, self.roles, batches, None, "", None)
             return PulsarTxnCommitMessage("", None, "", tuple(segments), rows)
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
-        sink_id = self.opts.sink_id or f"query-{ctx.getLocalProperty('sql.streaming.queryId')}"
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        sink_id = self.opts.sink_id or default_sink_id(query_id)
         writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
-            if store.sink_last_batch(sink_id) >= batch_id:
-                return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True)
+            # progress is per query: a new checkpoint never inherits another query's
+            if store.bind_sink(sink_id, query_id, self.opts.rebind) >= batch_id:
+                return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True, query_id)
             coord = TransactionCoordinator(store, materialize_inline=True)
-            header = coord.new_transaction(self.opts.timeout_ms, owner=f"{sink_id}:{batch_id}")
+            header = coord.new_transaction(self.opts.timeout_ms,
+                                           owner=sink_owner(sink_id, query_id, batch_id))
             if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
-                return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True)
+                return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True,
+                                              query_id)
             segments, rows = write_rows(self.opts, self.roles, batches, header.txn_id, writer,
                                         store)
             if _fault(self.opts, "fail-first-attempt", batch_id) and ctx.attemptNumber() == 0:
@@ -320,7 +325,7 @@ class StreamSinkWriter:
 
                 time.sleep(int(slow) / 1000)
             return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
-                                          rows)
+                                          rows, False, query_id)
         finally:
             store.close()
 
@@ -332,14 +337,15 @@ class StreamSinkWriter:
         msgs = [m for m in messages if m is not None]
         if not msgs or not self.opts.transactional:
             return
-        sink_id = msgs[0].sink_id
+        sink_id, query_id = msgs[0].sink_id, msgs[0].query_id
+        sink = SinkBatch(sink_id, query_id, batch_id)
         txns = {m.txn_id for m in msgs if m.txn_id and not m.already_committed}
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
+            coord = TransactionCoordinator(store, materialize_inline=True)
             if not txns:  # every task saw the batch as committed: a replay
-                committed = {m.txn_id for m in msgs if m.txn_id}
-                store.advance_sink(sink_id, batch_id, TxnId.parse(committed.pop())
-                                   if committed else TxnId(0, 0))
+                for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
+                    coord.commit(TxnId.parse(t), sink=sink)
                 log.info("pulsar-txn sink %s batch %d: already committed, nothing new",
                          sink_id, batch_id)
                 return
@@ -349,14 +355,18 @@ class StreamSinkWriter:
             txn_id = TxnId.parse(txns.pop())
             if _fault(self.opts, "crash-before-commit", batch_id):
                 _kill_driver(f"before commit of batch {batch_id}")
-            coord = TransactionCoordinator(store, materialize_inline=True)
             _sweep_timeouts(coord)
             winners = sorted({m.writer for m in msgs})
             segments = sorted({s for m in msgs for s in m.segments})
-            coord.commit(txn_id, winners, segments)
+            # one CAS: the decision and the sink's progress (a replay is recognised
+            # whatever happens after it, however late the restart: invariant 5)
+            try:
+                coord.commit(txn_id, winners, segments, sink=sink)
+            except SinkFenced:  # the sink id moved to another query: end this batch now
+                coord.abort(txn_id, segments)
+                raise
             if _fault(self.opts, "crash-after-commit", batch_id):
                 _kill_driver(f"after commit of batch {batch_id}")
-            store.advance_sink(sink_id, batch_id, txn_id)
             log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
                      "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
                      len(winners), len(segments))
@@ -393,7 +403,7 @@ class BatchSinkWriter(StreamSinkWriter):
 
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
-            owner = f"{self.opts.sink_id or 'batch'}:job-{uuid.uuid4().hex}"
+            owner = sink_owner(self.opts.sink_id or "batch", f"job-{uuid.uuid4().hex}", 0)
             self.txn_id = str(TransactionCoordinator(store, materialize_inline=True)
                               .new_transaction(self.opts.timeout_ms, owner=owner).txn_id)
             self.sink_id = owner

@@ -7,12 +7,27 @@
 -- ARGV[3] winners: JSON array of writer ids, or '*' = every writer with a recorded position
 --         (scans the write records: only for callers that do not know their writers)
 -- ARGV[4] stream maxlen
+-- Optional, for a Spark sink's batch (its progress advances in the same step as the
+-- decision, so a replay is recognised however late it comes, invariant 5):
+-- KEYS[7] the sink's progress hash (same slot)   ARGV[5] batchId   ARGV[6] query id
 -- returns {'OK', state, timed_out 0|1, header fields...} | {'ALREADY', state, '0', fields...}
---       | {'CONFLICT', state} | {'NOTFOUND'}
+--       | {'CONFLICT', state} | {'NOTFOUND'} | {'FENCED', query id the sink is bound to}
 local h = redis.call('HMGET', KEYS[1], 'st', 'dl')
 if not h[1] then return {'NOTFOUND'} end
 local target = ARGV[2]
+local function advance_sink()
+  if KEYS[7] == nil then return end
+  local cur = tonumber(redis.call('HGET', KEYS[7], 'batch') or '-1')
+  if tonumber(ARGV[5]) > cur then
+    redis.call('HSET', KEYS[7], 'batch', ARGV[5], 'txn', ARGV[1], 'qid', ARGV[6])
+  end
+end
+if KEYS[7] ~= nil and target == 'COMMITTED' then
+  local bound = redis.call('HGET', KEYS[7], 'qid')
+  if bound and bound ~= ARGV[6] then return {'FENCED', bound} end
+end
 if h[1] == target then
+  if target == 'COMMITTED' then advance_sink() end
   return {'ALREADY', h[1], '0', unpack(redis.call('HGETALL', KEYS[1]))}
 end
 if h[1] ~= 'OPEN' then return {'CONFLICT', h[1]} end
@@ -41,6 +56,7 @@ if target == 'COMMITTED' then
   end
 end
 redis.call('HSET', KEYS[1], 'st', target, 'fin', now, 'win', win_json, 'mat', 0)
+if target == 'COMMITTED' then advance_sink() end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('ZADD', KEYS[5], now, ARGV[1])

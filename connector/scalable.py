@@ -49,8 +49,8 @@ from pulsar_txn.dag import (
 )
 from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.records import BEFORE_EARLIEST
-from pulsar_txn.topics import WHOLE_ENTRY, last_entry, last_entry_strict, scan
+from pulsar_txn.records import BEFORE_EARLIEST, Position
+from pulsar_txn.topics import WHOLE_ENTRY, ProbeFailed, last_entry, last_entry_strict, scan
 
 log = logging.getLogger(__name__)
 
@@ -204,17 +204,24 @@ class ScalableTopics:
         lay = self._read(topic)
         todo = [s for s in lay.segments.values() if not s.active and s.end is None]
         for s in todo:
-            if self.admin_url:
-                end = self._terminate(s.backing)
-            else:
-                if self.store.open_writes(s.backing):
-                    continue  # a transaction that wrote here is still open
-                left = (s.sealed_ms or 0) + self.seal_grace_ms - self.store.server_time_ms()
-                if left > 0:
-                    if not wait:
-                        continue
-                    time.sleep(left / 1000)
-                end = last_entry_strict(self.pulsar, s.backing)
+            try:
+                if self.admin_url:
+                    end = self._terminate(s.backing)
+                else:
+                    if self.store.open_writes(s.backing):
+                        continue  # a transaction that wrote here is still open
+                    left = (s.sealed_ms or 0) + self.seal_grace_ms - self.store.server_time_ms()
+                    if left > 0:
+                        if not wait:
+                            continue
+                        time.sleep(left / 1000)
+                    end = last_entry_strict(self.pulsar, s.backing)
+            except ProbeFailed as e:
+                if wait:
+                    raise
+                log.warning("the end of segment %d of topic://%s is not known yet (tried "
+                            "again later, never guessed): %s", s.id, topic, e)
+                continue
             self.store.seal_end(topic, s.id, "-" if end is None else f"{end[0]}:{end[1]}")
         return self.layout(topic, refresh=True) if todo else lay
 
@@ -515,16 +522,31 @@ class ScalableReader:
         self._turn = 0
         self._completing = 0.0  # last time this reader tried to finish a seal
         self._admitted: tuple[int, int] | None = None  # (layout version, segments done)
+        self._starts: dict[int, Position] = {}  # a 'latest' reader's start: read up to here
         if start == "latest":
             for s in self._layout.segments.values():
                 if not s.active:
                     self._done.add(s.id)
             for s in self._layout.active():
-                self._readers[s.id] = client.create_reader(s.backing, "latest", **kwargs)
+                self._readers[s.id] = self._reader_after_last(s)
 
     @property
     def name(self) -> str:
         return self._layout.name
+
+    def _reader_after_last(self, seg: Segment):
+        """A 'latest' reader that starts after the entry the broker reports last now.
+
+        Its start is an explicit position, so once the segment is sealed the reader
+        knows whether it is past the end even if it never receives anything (a
+        native 'latest' start is not a position it could compare). An unknown last
+        entry raises: 'latest' never silently becomes 'earliest'.
+        """
+        last = last_entry_strict(self._client.pulsar, seg.backing)
+        if last is None:
+            return self._client.create_reader(seg.backing, "earliest", **self._kwargs)
+        self._starts[seg.id] = Position(*last)
+        return self._client.create_reader(seg.backing, self._starts[seg.id], **self._kwargs)
 
     def _admit(self) -> None:
         self._layout = self._topics.layout(self.topic)
@@ -544,17 +566,25 @@ class ScalableReader:
                                                             **self._kwargs)
 
     def _exhausted(self, sid: int, reader) -> bool:
+        """Sealed, its end fixed, and the reader holds nothing and is at or past the end.
+
+        "Past" counts the reader's start, not only what it received: a reader of an
+        empty segment, or one started after the end, receives nothing and is done all
+        the same (else the segment's children would never be read).
+        """
         seg = self._layout.segments[sid]
         if seg.active:
             return False
         if seg.end is None:  # sealed, end not fixed yet: finish the seal if it is ready
             if time.monotonic() - self._completing > 1.0:
                 self._completing = time.monotonic()
-                self._layout = self._topics.complete_seals(self.topic, wait=False)
+                try:
+                    self._layout = self._topics.complete_seals(self.topic, wait=False)
+                except PulsarTxnError as e:  # tried again in a second; never guessed
+                    log.warning("completing the seals of %s failed: %s", self.topic, e)
             return False
-        got = reader._received
-        return (not reader._buf and got is not None
-                and (got.ledger_id(), got.entry_id()) >= (seg.end.ledger, seg.end.entry))
+        at = max(reader._received_entry(), self._starts.get(sid, BEFORE_EARLIEST))
+        return not reader._buf and at >= seg.end.entry_position
 
     def read_next(self, timeout_millis: int | None = None):
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 
 from pulsar_txn.errors import ConfigError, PulsarTxnError
@@ -46,56 +50,164 @@ def normalize_any(topic: str) -> str:
     return normalize_topic(topic)
 
 
-def _probe_last(client, topic: str, on_error):
-    """The broker's last confirmed entry, from a throw-away subscription; ``on_error``
-    decides what a failed probe means (pulsar-lite answers an empty topic with one)."""
-    import uuid
-
-    import pulsar
-
-    consumer = client.subscribe(topic, f"__ptxn-probe-{uuid.uuid4().hex[:12]}",
-                                initial_position=pulsar.InitialPosition.Latest,
-                                receiver_queue_size=1)
-    try:
-        mid = consumer.get_last_message_id()
-        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
-    except Exception as e:
-        return on_error(e)
-    finally:
-        try:
-            consumer.unsubscribe()
-        except Exception:
-            consumer.close()
+class ProbeFailed(PulsarTxnError):
+    """The broker did not tell a topic's last entry (no answer, or no usable one)."""
 
 
-def last_entry(client, topic: str) -> tuple[int, int] | None:
-    """The last confirmed entry of a topic; ``None`` when it holds none (or the probe
-    failed: callers use it to plan, and plan again at the next trigger)."""
-    return _probe_last(client, topic, lambda _e: None)
+_PROBE = "__ptxn-probe-"
+_CLEANUP_ATTEMPTS = 6
+_CLEANUP_BACKOFF_S = 1.0  # doubled after each failed background attempt
+_CLEANUP_MAX_PENDING = 10_000  # a long broker outage must not grow the queue without end
+_cleanup: queue.SimpleQueue | None = None
+_cleanup_pending = 0
+_cleanup_cond = threading.Condition()
 
 
-def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
-    """Like :func:`last_entry`, but an error is never taken for "empty".
+def _ask_last(client, topic: str) -> tuple[int, int] | None:
+    """The broker's last confirmed entry (``None``: it holds none), or the client's error.
 
-    It fixes a sealed segment's end once and for all, so a failed probe must not
-    become "no entries": a reader from the earliest entry confirms the topic is
-    really empty, else the error is raised (and the seal is finished later).
+    pulsar-client has no non-durable consumer and its Reader cannot ask for the last
+    message id, so the probe is a throw-away durable subscription: it is deleted
+    whatever happens (:func:`_drop_probe`), or it would pin the topic's backlog.
     """
     import pulsar
 
-    from pulsar_txn.errors import PulsarTxnError
+    name = f"{_PROBE}{uuid.uuid4().hex[:12]}"
+    consumer = None
+    try:
+        consumer = client.subscribe(topic, name, initial_position=pulsar.InitialPosition.Latest,
+                                    receiver_queue_size=1)
+        mid = consumer.get_last_message_id()
+        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
+    finally:
+        _drop_probe(client, topic, name, consumer)
 
-    def confirm_empty(error: Exception) -> None:
+
+def _drop_probe(client, topic: str, name: str, consumer) -> None:
+    """Delete a probe subscription, also when the probe failed half way.
+
+    An unsubscribe can fail on a connection blip, and a subscribe whose reply was lost
+    may have created the subscription all the same: it is then subscribed to again by
+    name and deleted — once here after a failed unsubscribe, then by a background
+    thread with backoff, so a caller facing an unreachable broker is not held longer.
+    """
+    if consumer is not None and (_unsubscribe(client, topic, name, consumer)
+                                 or _unsubscribe(client, topic, name, None)):
+        return
+    _cleanup_later(client, topic, name)
+
+
+def _unsubscribe(client, topic: str, name: str, consumer) -> bool:
+    import pulsar
+
+    try:
+        if consumer is None:
+            consumer = client.subscribe(topic, name,
+                                        initial_position=pulsar.InitialPosition.Latest,
+                                        receiver_queue_size=1)
+        consumer.unsubscribe()
+        return True
+    except Exception as e:
+        log.debug("removing probe subscription %s of %s failed: %s", name, topic, e)
+        if consumer is not None:
+            try:
+                consumer.close()  # free the exclusive subscription for the next attempt
+            except Exception:
+                pass
+        return False
+
+
+def _cleanup_later(client, topic: str, name: str) -> None:
+    global _cleanup, _cleanup_pending
+    with _cleanup_cond:
+        if _cleanup is None:
+            _cleanup = queue.SimpleQueue()
+            threading.Thread(target=_cleanup_loop, args=(_cleanup,), daemon=True,
+                             name="pulsar-txn-probe-cleanup").start()
+        if _cleanup_pending >= _CLEANUP_MAX_PENDING:
+            log.error("probe subscription %s of %s left behind (%d removals pending); it "
+                      "pins the topic's backlog until deleted with the admin API",
+                      name, topic, _cleanup_pending)
+            return
+        _cleanup_pending += 1
+        _cleanup.put((client, topic, name))
+
+
+def _cleanup_loop(q: queue.SimpleQueue) -> None:
+    global _cleanup_pending
+    while True:
+        client, topic, name = q.get()
+        delay = _CLEANUP_BACKOFF_S
+        for attempt in range(_CLEANUP_ATTEMPTS):
+            if attempt:
+                time.sleep(delay)
+                delay *= 2
+            if _unsubscribe(client, topic, name, None):
+                break
+        else:
+            log.error("probe subscription %s of %s could not be removed; it pins the topic's "
+                      "backlog until deleted with the admin API", name, topic)
+        with _cleanup_cond:
+            _cleanup_pending -= 1
+            _cleanup_cond.notify_all()
+
+
+def wait_probe_cleanup(timeout_s: float) -> bool:
+    """Wait until no probe subscription is left to remove in the background (tests, close)."""
+    with _cleanup_cond:
+        return _cleanup_cond.wait_for(lambda: _cleanup_pending == 0, timeout_s)
+
+
+def last_entry(client, topic: str) -> tuple[int, int] | None:
+    """The last confirmed entry of a topic; ``None`` when it holds none *or the probe
+    failed*: only for planning, which plans again at the next trigger. Anything that
+    fixes a position from the answer (a seal's end, a 'latest' start) uses
+    :func:`last_entry_strict`."""
+    try:
+        return _ask_last(client, topic)
+    except Exception as e:  # pulsar-lite answers an empty topic with an error, too
+        log.debug("last entry of %s unknown: %s", topic, e)
+        return None
+
+
+def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
+    """Like :func:`last_entry`, but ``None`` only when the broker *said* it is empty.
+
+    A seal's end is fixed once and for all from it, and a 'latest' start too, so an
+    unanswered probe (a timeout, a lost connection) raises :class:`ProbeFailed` and the
+    caller tries again later; waiting for a read that brings nothing is no answer
+    either. pulsar-lite answers an empty topic with an UnknownError ("Topic has no
+    messages"); that answer is confirmed by asking a second way, a non-durable reader
+    from the earliest entry, which must again say "nothing" (False, or the same error).
+    """
+    import pulsar
+
+    try:
+        return _ask_last(client, topic)
+    except pulsar.UnknownError as e:
+        first_answer: Exception = e
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
+    try:
         reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
+    try:
+        available = reader.has_message_available()
+    except pulsar.UnknownError:
+        return None  # the same "no messages" answer, asked another way
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({first_answer!r}, then "
+                          f"{e!r}); try again") from e
+    finally:
         try:
-            reader.read_next(2000)
-        except pulsar.Timeout:
-            return None
-        finally:
             reader.close()
-        raise PulsarTxnError(f"{topic}: cannot tell its last entry ({error}); try again")
-
-    return _probe_last(client, topic, confirm_empty)
+        except Exception:
+            pass
+    if available:
+        raise ProbeFailed(f"{topic}: it has entries but its last one is unknown "
+                          f"({first_answer!r}); try again")
+    return None
 
 
 class DataLoss(PulsarTxnError):

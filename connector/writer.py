@@ -31,8 +31,17 @@ class WriterRun:
         self.sent = 0
         self.errors: list[str] = []
         self._registered = False
+        # The run may have stored an entry whose position is not recorded (a send failed
+        # other than by a definite refusal, or its position could not be recorded). Such
+        # a run never withdraws (GC would take that entry for committed, H1/H2) and never
+        # records a first position (a lower, unplaced entry may exist): readers treat a
+        # registration without a position as "somewhere past what I hold".
+        self._unplaced = False
         self._outstanding = 0
         self._lock = threading.Lock()
+        # Held by every send while the run has no first position: appends are then one
+        # at a time, so the first position recorded is the lowest the run appended.
+        self._first_lock = threading.Lock()
         self._done = threading.Condition()
         self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer}
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
@@ -53,7 +62,11 @@ class WriterRun:
                     self._registered = True
 
     def _withdraw(self) -> None:
-        """Drop a registration that never appended, so the sealed segment's gate moves."""
+        """Drop a registration that certainly never appended, so the sealed segment's gate
+        moves. Called with ``_first_lock`` held and no position recorded, so no other send
+        of this run is in flight; a run with an unplaced entry keeps its registration."""
+        if self._unplaced or self.first is not None:
+            return
         self.store.withdraw_write(self.txn_id, self.segment, self.writer)
         self._registered = False
 
@@ -65,24 +78,38 @@ class WriterRun:
         return props
 
     def send(self, value: bytes, properties: dict | None = None, **kw):
-        """Synchronous append; the first one records the run's first position."""
+        """Synchronous append; the first one records the run's first position.
+
+        Until that position is recorded, sends on this run are serialized: two
+        concurrent first sends could otherwise record the higher of their positions.
+        """
+        if self.first is not None:
+            return self._append(value, properties, kw)
+        with self._first_lock:
+            return self._append(value, properties, kw)
+
+    def _append(self, value: bytes, properties: dict | None, kw: dict):
         self._ensure_registered()
         try:
             msg_id = self._p.send(value, properties=self._props(properties), **kw)
         except pulsar.TopicTerminated:
-            # refused, so certainly not stored (a timeout would be ambiguous: such a
-            # registration must stay, or GC could later take its entry for committed)
+            # refused, so certainly not stored: a registration that never stored anything
+            # may go (a scalable segment's producer re-routes the send)
             if self.first is None and self._fence is not None:
-                with self._lock:
-                    if self.first is None:
-                        self._withdraw()
+                self._withdraw()
+            raise
+        except BaseException:
+            # a timeout or any other failure: the entry may be stored at an unknown place
+            self._unplaced = True
             raise
         self._on_appended(Position.of(msg_id))
         return msg_id
 
     def send_async(self, value: bytes, properties: dict | None = None,
                    callback: Callable | None = None, **kw) -> None:
-        if self.first is None:  # the first append is synchronous: its position pins the gate
+        # the first append is synchronous: its position pins the gate (so is every append
+        # of a run whose first position stays unknown after a failure: see _unplaced)
+        if self.first is None:
             msg_id = self.send(value, properties, **kw)
             if callback:
                 callback(pulsar.Result.Ok, msg_id)
@@ -112,13 +139,21 @@ class WriterRun:
         return done
 
     def _on_appended(self, pos: Position) -> None:
-        with self._lock:
-            if self.first is None:
-                self.store.record_write(self.txn_id, self.segment, self.writer,
-                                        pos.entry_position, None)
-                self.first = pos.entry_position
+        """Count a confirmed append; record it as the first if it is the run's lowest.
+
+        Runs under ``_first_lock`` while ``first`` is None (see :meth:`send`).
+        """
         with self._done:
             self.sent += 1
+        if self.first is not None or self._unplaced:
+            return
+        try:
+            self.store.record_write(self.txn_id, self.segment, self.writer,
+                                    pos.entry_position, None)
+        except BaseException:
+            self._unplaced = True  # stored at pos, but no record pins it
+            raise
+        self.first = pos.entry_position
 
     def flush(self, timeout_s: float = 120.0) -> None:
         """Wait until every append is acknowledged; raise if any failed."""

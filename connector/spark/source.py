@@ -453,8 +453,12 @@ class StreamSource:
         if s == "earliest":
             return to_offset({u.segment: BEFORE for u in units})
         if s == "latest":  # sealed segments count as read to their end
-            return to_offset({u.segment: u.cap if u.cap else self.planner.gate(u.segment, BEFORE)
-                              for u in units})
+            from pulsar_txn.topics import last_entry_strict
+
+            # an unknown last entry raises: 'latest' never silently becomes 'earliest'
+            return to_offset({u.segment: u.cap if u.cap else self.planner.gate(
+                u.segment, BEFORE, last_entry_strict(self.planner.pulsar, u.segment))
+                for u in units})
         return to_offset({u.segment: s.get(u.segment, BEFORE) for u in units})
 
     def latest_offset(self, start: dict, limit) -> dict:

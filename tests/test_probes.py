@@ -1,0 +1,182 @@
+"""Last-entry probes under faults: an unanswered probe is never "empty", and a probe
+never leaves a durable subscription behind (it would pin the topic's backlog).
+
+The broker is a small in-test stand-in that keeps the subscriptions it created and
+injects the faults each test names; no real service is used.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pulsar
+import pytest
+
+from pulsar_txn import topics
+from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.topics import last_entry, last_entry_strict
+
+TOPIC = "persistent://public/default/probed"
+
+
+class _Id:
+    def __init__(self, ledger: int, entry: int) -> None:
+        self._l, self._e = ledger, entry
+
+    def ledger_id(self) -> int:
+        return self._l
+
+    def entry_id(self) -> int:
+        return self._e
+
+
+class _Broker:
+    """Subscriptions as the broker keeps them, plus scripted faults.
+
+    ``last``: the answer to get_last_message_id — a (ledger, entry), or an exception
+    class to raise. ``available``: an earliest reader's has_message_available answer (or
+    an exception class). ``unsubscribe_faults``/``subscribe_faults``: how many of the
+    next calls fail; a failing subscribe still creates the subscription (a reply lost).
+    """
+
+    def __init__(self, last=(3, 7), available=True, unsubscribe_faults=0,
+                 subscribe_faults=0) -> None:
+        self.last, self.available = last, available
+        self.unsubscribe_faults, self.subscribe_faults = unsubscribe_faults, subscribe_faults
+        self.subscriptions: set[tuple[str, str]] = set()
+        self.read_timeouts = 0
+
+    def subscribe(self, topic: str, name: str, **_kw):
+        self.subscriptions.add((topic, name))
+        if self.subscribe_faults:
+            self.subscribe_faults -= 1
+            raise pulsar.Timeout("fault injection: the subscribe reply was lost")
+        return _Consumer(self, topic, name)
+
+    def create_reader(self, topic: str, start, **_kw):
+        return _Reader(self)
+
+
+class _Consumer:
+    def __init__(self, broker: _Broker, topic: str, name: str) -> None:
+        self._b, self._key = broker, (topic, name)
+
+    def get_last_message_id(self):
+        last = self._b.last
+        if isinstance(last, type):
+            raise last("fault injection")
+        return _Id(*last)
+
+    def unsubscribe(self) -> None:
+        if self._b.unsubscribe_faults:
+            self._b.unsubscribe_faults -= 1
+            raise pulsar.ConnectError("fault injection: connection lost")
+        self._b.subscriptions.discard(self._key)
+
+    def close(self) -> None:
+        pass  # a durable subscription outlives its consumer
+
+
+class _Reader:
+    """Non-durable: leaves nothing on the broker."""
+
+    def __init__(self, broker: _Broker) -> None:
+        self._b = broker
+
+    def has_message_available(self) -> bool:
+        if isinstance(self._b.available, type):
+            raise self._b.available("fault injection")
+        return self._b.available
+
+    def read_next(self, timeout_ms: int | None = None):
+        self._b.read_timeouts += 1
+        raise pulsar.Timeout("fault injection: nothing read in time")
+
+    def close(self) -> None:
+        pass
+
+
+# ---- (b) an unanswered probe is never taken for "empty" ----
+
+def test_strict_probe_never_takes_a_timeout_for_empty():
+    broker = _Broker(last=pulsar.Timeout)
+    with pytest.raises(PulsarTxnError):
+        last_entry_strict(broker, TOPIC)
+
+
+def test_strict_probe_never_takes_a_read_timeout_for_empty():
+    """pulsar-lite's "no messages" error is followed by a second question; a reader that
+    merely read nothing in time is no answer."""
+    broker = _Broker(last=pulsar.UnknownError, available=pulsar.Timeout)
+    with pytest.raises(PulsarTxnError):
+        last_entry_strict(broker, TOPIC)
+    assert broker.read_timeouts == 0
+
+
+def test_strict_probe_takes_the_brokers_answers_for_empty():
+    assert last_entry_strict(_Broker(last=(5, -1)), TOPIC) is None  # a real broker's answer
+    # pulsar-lite answers both questions with its "no messages" error
+    assert last_entry_strict(_Broker(last=pulsar.UnknownError,
+                                     available=pulsar.UnknownError), TOPIC) is None
+    assert last_entry_strict(_Broker(last=pulsar.UnknownError, available=False), TOPIC) is None
+
+
+def test_strict_probe_raises_when_the_topic_has_entries_but_no_known_last():
+    with pytest.raises(PulsarTxnError):
+        last_entry_strict(_Broker(last=pulsar.UnknownError, available=True), TOPIC)
+
+
+def test_probes_report_the_last_entry():
+    assert last_entry(_Broker(last=(3, 7)), TOPIC) == (3, 7)
+    assert last_entry_strict(_Broker(last=(3, 7)), TOPIC) == (3, 7)
+
+
+# ---- (c) a probe never leaves its durable subscription behind ----
+
+@pytest.mark.parametrize("probe", [last_entry, last_entry_strict])
+@pytest.mark.parametrize("last", [(3, 7), pulsar.Timeout])
+def test_probe_subscription_is_deleted_when_unsubscribe_fails_once(probe, last):
+    broker = _Broker(last=last, available=True, unsubscribe_faults=1)
+    try:
+        probe(broker, TOPIC)
+    except PulsarTxnError:
+        pass
+    assert broker.subscriptions == set()
+
+
+@pytest.mark.parametrize("probe", [last_entry, last_entry_strict])
+def test_probe_subscription_is_deleted_when_the_subscribe_reply_is_lost(probe):
+    broker = _Broker(subscribe_faults=1)
+    try:
+        probe(broker, TOPIC)
+    except PulsarTxnError:
+        pass
+    assert topics.wait_probe_cleanup(10)  # removed in the background: the caller goes on
+    assert broker.subscriptions == set()
+
+
+def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away(monkeypatch):
+    monkeypatch.setattr(topics, "_CLEANUP_BACKOFF_S", 0.0)
+    broker = _Broker(unsubscribe_faults=4)
+    assert last_entry(broker, TOPIC) == (3, 7)
+    assert topics.wait_probe_cleanup(10)
+    assert broker.subscriptions == set()
+
+
+# ---- (a) startingOffsets=latest never becomes earliest when the probe fails ----
+
+def test_latest_start_of_the_spark_source_fails_when_the_last_entry_is_unknown():
+    from pulsar_txn.buffer import max_read_position
+    from pulsar_txn.spark.source import Planner, StreamSource
+
+    planner = Planner.__new__(Planner)
+    planner.opts = SimpleNamespace(pattern=None, topics=(TOPIC,))
+    planner.pulsar = _Broker(last=pulsar.Timeout)
+    planner.store = SimpleNamespace(open_writes=lambda segment: [])
+    planner._max_read_position = max_read_position
+    source = StreamSource.__new__(StreamSource)
+    source.opts = SimpleNamespace(starting="latest", starting_timestamp_ms=None)
+    source._planner = planner
+    with pytest.raises(PulsarTxnError):
+        offset = source.initial_offset()
+        pytest.fail(f"'latest' resolved to {offset} although the last entry is unknown")

@@ -115,9 +115,13 @@ class TransactionBuffer:
 
     def _load(self, txn_ids: list[TxnId]) -> None:
         headers = self.store.get_headers(txn_ids)
+        missing = [t for t, h in headers.items() if h is None]
+        collected = self.store.collected(missing) if missing else set()
         for t, h in headers.items():
             if h is None:
-                self._remember(t, Outcome(None, frozenset()))
+                # fail closed: only a recorded collection means "committed unless listed
+                # aborted"; any other missing header (lost, foreign) is never delivered
+                self._remember(t, Outcome(None, frozenset()) if t in collected else _UNKNOWN)
             elif h.state.is_terminal:
                 self._remember(t, Outcome(h.state, h.winners))
 
@@ -141,3 +145,4 @@ class TransactionBuffer:
 
 
 _OPEN = Outcome(TxnState.OPEN, frozenset())
+_UNKNOWN = Outcome(TxnState.ABORTED, frozenset())  # never delivered: no winner can match

@@ -16,6 +16,7 @@ from pulsar_txn.errors import (
     ConfigError,
     InvalidTxnTransition,
     PulsarTxnError,
+    TxnIdStale,
     TxnNotFound,
     TxnTimedOut,
 )
@@ -65,16 +66,23 @@ class TransactionCoordinator:
         """
         if int(timeout_ms) <= 0:
             raise ConfigError(f"transaction timeout must be > 0 ms, got {timeout_ms}")
-        txn_id = self.store.next_txn_id(owner)
-        header = self.store.create_txn(txn_id, int(timeout_ms), owner)
+        header = self._create(int(timeout_ms), owner)
         if owner and header.state is TxnState.OPEN and self._expired(header):
             # An earlier attempt of this owner died and nothing swept its txn: end it
             # here (the same CAS as the sweeper) instead of failing every retry on it.
             header = self._abort_expired(header)
         if owner and header.state is TxnState.ABORTED:
-            header = self.store.create_txn(self.store.next_txn_id(owner), int(timeout_ms), owner,
-                                           replace=header.txn_id)
+            header = self._create(int(timeout_ms), owner, replace=header.txn_id)
         return header
+
+    def _create(self, timeout_ms: int, owner: str, replace: TxnId | None = None) -> TxnHeader:
+        txn_id = self.store.next_txn_id(owner)
+        for _ in range(3):
+            try:
+                return self.store.create_txn(txn_id, timeout_ms, owner, replace)
+            except TxnIdStale:  # a pre-allocated id the GC watermark passed: a fresh one
+                txn_id = self.store.next_txn_id(owner, txn_id.partition)
+        raise TxnIdStale("could not allocate a fresh transaction id")
 
     def end_transaction(self, txn_id: TxnId, target: TxnState,
                         winners: Iterable[str] | None = None,

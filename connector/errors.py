@@ -27,6 +27,13 @@ class TxnNotFound(PulsarTxnError):
     """No header for this transaction (never created, or garbage-collected)."""
 
 
+class TxnIdStale(PulsarTxnError):
+    """A pre-allocated id fell below the collected watermark (or into a gap of possibly
+    lost ids) before it was used: allocate a fresh one."""
+
+    retriable = True
+
+
 class TxnNotOpen(PulsarTxnError):
     """The transaction is already COMMITTED or ABORTED: the write or ack is fenced."""
 

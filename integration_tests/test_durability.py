@@ -81,3 +81,86 @@ def test_watch_resyncs_after_a_redis_restart_and_wakes_a_waiting_reader(
             if c is not None:
                 c.close()
         server.stop()
+
+
+def _restore_earlier_copy(server: RedisServer, copy) -> None:
+    """Model a host crash under a weak fsync mode, a failover to a lagging replica or a
+    restore from a backup: the store comes back with an earlier state."""
+    import shutil
+
+    server.kill()
+    shutil.rmtree(server.workdir)
+    shutil.copytree(copy, server.workdir)
+    server.start()
+
+
+def _copy_now(server: RedisServer, dest):
+    import shutil
+
+    import redis
+
+    redis.Redis.from_url(server.url).execute_command("BGREWRITEAOF")
+    import time
+
+    time.sleep(0.5)  # the rewrite is quick on a handful of keys; the copy follows it
+    shutil.copytree(server.workdir, dest)
+    return dest
+
+
+def test_entries_of_a_txn_whose_header_was_lost_are_never_delivered(broker, tmp_path,
+                                                                     topic_name):
+    """Invariant 1, fail closed (DESIGN §3): a header lost with a rollback of the store is
+    not 'committed and collected'; the OPEN txn's entries must never be shown."""
+    from pulsar_txn.client import PulsarTxnClient
+
+    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    clients = []
+    try:
+        client = PulsarTxnClient(broker.service_url, server.url, namespace="lost",
+                                 sweeper=False)
+        clients.append(client)
+        t = topic_name()
+        p = client.create_producer(t)
+        p.send(b"plain-before")
+        backup = _copy_now(server, tmp_path / "backup")
+        txn = client.new_transaction()
+        p.send(b"never-committed", txn=txn)  # its header exists only after the backup
+        p.send(b"plain-after")
+        client.close()
+        clients.clear()
+        _restore_earlier_copy(server, backup)
+        reader_client = PulsarTxnClient(broker.service_url, server.url, namespace="lost")
+        clients.append(reader_client)
+        assert reader_client.store.get_header(txn.id) is None
+        assert values(reader_client.create_reader(t), idle_ms=2000) == [b"plain-before",
+                                                                       b"plain-after"]
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_txn_ids_are_never_reused_after_a_store_rollback(broker, tmp_path):
+    from pulsar_txn.client import PulsarTxnClient
+
+    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    clients = []
+    try:
+        def client():
+            c = PulsarTxnClient(broker.service_url, server.url, namespace="reuse",
+                                sweeper=False)
+            clients.append(c)
+            return c
+
+        first = client().coordinator.new_transaction(owner="grp|1")
+        backup = _copy_now(server, tmp_path / "backup")
+        lost = client().coordinator.new_transaction(owner="grp|2")
+        _restore_earlier_copy(server, backup)
+        after = client().coordinator.new_transaction(owner="grp|3")
+        assert first.txn_id.partition == lost.txn_id.partition == after.txn_id.partition
+        assert after.txn_id != lost.txn_id, "a lost id was handed out again"
+        assert after.txn_id.seq > first.txn_id.seq
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()

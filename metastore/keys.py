@@ -62,6 +62,23 @@ class Keys:
         """Set of ``seq|writer`` whose entries on the segment must never show (H2)."""
         return f"{self.tag(p)}:ab:{segment}"
 
+    def live(self, p: int) -> str:
+        """Sorted set of ids whose header exists (by seq): the oldest pins the watermark."""
+        return f"{self.tag(p)}:live"
+
+    def gc(self, p: int) -> str:
+        """Hash ``w``: every id at or below is collected or can never be created;
+        ``run``: the server run this state was last used on (a change opens a gap)."""
+        return f"{self.tag(p)}:gc"
+
+    def collected(self, p: int) -> str:
+        """Sorted set of collected ids the watermark does not cover yet."""
+        return f"{self.tag(p)}:gcs"
+
+    def gaps(self, p: int) -> str:
+        """Sorted set ``first:last`` of id ranges that may have been lost: never collected."""
+        return f"{self.tag(p)}:gaps"
+
     def deadlines(self, p: int) -> str:
         return f"{self.tag(p)}:dl"
 

@@ -26,6 +26,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
+    TxnIdStale,
     TxnNotFound,
     TxnNotOpen,
     TxnTimedOut,
@@ -52,7 +53,12 @@ _RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
 def _load_lua(name: str) -> str:
-    return resources.files("pulsar_txn.metastore").joinpath("lua", f"{name}.lua").read_text()
+    """A script's text, with shared preludes (``--#include <name>``) inlined."""
+    lua = resources.files("pulsar_txn.metastore").joinpath("lua")
+    text = lua.joinpath(f"{name}.lua").read_text()
+    for line in [ln for ln in text.splitlines() if ln.startswith("--#include ")]:
+        text = text.replace(line, lua.joinpath(f"_{line.split()[1]}.lua").read_text())
+    return text
 
 
 def _translate(fn):
@@ -272,7 +278,7 @@ class RedisMetadataStore:
         self._seq_blocks: dict[int, tuple[int, int]] = {}
         self._s = {name: _Script(self.r.register_script(_load_lua(name))) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
-            "gc_txn", "bind_sink",
+            "gc_txn", "bind_sink", "alloc_ids",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied",
             "withdraw_write", "create_topic", "change_layout", "seal_end")}
 
@@ -290,12 +296,17 @@ class RedisMetadataStore:
         self.pool.disconnect()
 
     # ---- transactions ----
-    def next_txn_id(self, owner: str = "") -> TxnId:
-        p = partition_of(owner, self.partitions) if owner else random.randrange(self.partitions)
+    def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
+        if partition is None:
+            partition = (partition_of(owner, self.partitions) if owner
+                         else random.randrange(self.partitions))
+        p = partition
         with self._seq_lock:
             nxt, end = self._seq_blocks.get(p, (0, -1))
             if nxt > end:
-                end = self.r.incrby(self.keys.seq(p), SEQ_BLOCK)
+                k = self.keys
+                end = int(self._s["alloc_ids"](keys=[k.seq(p), k.gc(p), k.gaps(p)],
+                                               args=[SEQ_BLOCK]))
                 nxt = end - SEQ_BLOCK + 1
             self._seq_blocks[p] = (nxt + 1, end)
         return TxnId(p, nxt)
@@ -307,8 +318,13 @@ class RedisMetadataStore:
         if owner and partition_of(owner, self.partitions) != p:
             raise ValueError("an owned transaction must live in its owner's partition")
         res = self._s["create_txn"](
-            keys=[k.header(p, txn_id.seq), k.deadlines(p), k.owners(p), k.seq(p)],
+            keys=[k.header(p, txn_id.seq), k.deadlines(p), k.owners(p), k.seq(p), k.live(p),
+                  k.gc(p), k.gaps(p)],
             args=[txn_id.seq, int(timeout_ms), owner, replace.seq if replace else ""])
+        if res[0] == "STALE":  # below the collected watermark or in a gap: a fresh id
+            with self._seq_lock:
+                self._seq_blocks.pop(p, None)
+            raise TxnIdStale(f"transaction id {txn_id} can no longer be created")
         if res[0] == "OWNED":
             existing = self.get_header(TxnId(p, int(res[1])))
             if existing is None:  # collected between the two reads: the mapping is stale
@@ -428,7 +444,29 @@ class RedisMetadataStore:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         return self._s["gc_txn"](
             keys=[k.header(p, seq), k.writes(p, seq), k.acks(p, seq), k.finalized(p),
-                  k.owners(p)], args=[seq, cutoff_ms])[0]
+                  k.owners(p), k.live(p), k.collected(p), k.gc(p), k.gaps(p), k.seq(p)],
+            args=[seq, cutoff_ms])[0]
+
+    @_translate
+    def collected(self, txn_ids: Sequence[TxnId]) -> set[TxnId]:
+        """The ids known to be collected (fail closed): in the collected set, or at or
+        below the watermark and outside every gap of possibly lost ids. A missing header
+        of any other id is unknown: lost with a rollback of the store, or foreign."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        for t in txn_ids:
+            p = t.partition
+            pipe.zscore(k.collected(p), t.seq)
+            pipe.hget(k.gc(p), "w")
+            pipe.zrevrangebyscore(k.gaps(p), t.seq, "-inf", start=0, num=1)
+        res = pipe.execute()
+        out = set()
+        for i, t in enumerate(txn_ids):
+            in_set, w, gap = res[3 * i: 3 * i + 3]
+            in_gap = bool(gap) and int(gap[0].split(":")[1]) >= t.seq
+            if in_set is not None or (not in_gap and t.seq <= int(w or 0)):
+                out.add(t)
+        return out
 
     @_translate
     def server_time_ms(self) -> int:

@@ -164,3 +164,30 @@ def test_txn_ids_are_never_reused_after_a_store_rollback(broker, tmp_path):
         for c in clients:
             c.close()
         server.stop()
+
+
+def test_unsafe_persistence_is_refused_at_connect_unless_opted_into(broker, tmp_path):
+    """DESIGN §7: a server that would lose acknowledged commits is refused by name; the
+    weaker documented modes are explicit (and secrets never appear in the message)."""
+    import pytest
+
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.errors import ConfigError
+    from pulsar_txn.state import TxnState
+
+    server = RedisServer(tmp_path / "redis", appendfsync="everysec", password="s3cr3t-pw").start()
+    try:
+        with pytest.raises(ConfigError) as err:
+            PulsarTxnClient(broker.service_url, server.url, namespace="weak", sweeper=False)
+        assert "appendfsync" in str(err.value) and "durability" in str(err.value)
+        assert "s3cr3t-pw" not in str(err.value)
+        for mode in ("waitaof", "relaxed"):
+            c = PulsarTxnClient(broker.service_url, f"{server.url}?durability={mode}",
+                                namespace="weak", sweeper=False)
+            try:
+                txn = c.new_transaction()
+                assert c.coordinator.commit(txn.id).state is TxnState.COMMITTED
+            finally:
+                c.close()
+    finally:
+        server.stop()

@@ -13,7 +13,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -48,6 +48,16 @@ from .keys import Keys
 log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 16
+DURABILITY = ("strict", "waitaof", "relaxed")
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may appear in messages and logs: no password."""
+    p = urlparse(url)
+    if p.password is None:
+        return url
+    netloc = p.netloc.replace(f":{p.password}@", ":***@", 1)
+    return urlunparse(p._replace(netloc=netloc))
 SEQ_BLOCK = 64
 _RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
@@ -253,14 +263,22 @@ class RedisMetadataStore:
     """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
 
     def __init__(self, url: str, namespace: str = "ptxn", partitions: int | None = None,
-                 event_maxlen: int = 100_000, socket_timeout: float = 10.0) -> None:
+                 event_maxlen: int = 100_000, socket_timeout: float = 10.0,
+                 durability: str | None = None) -> None:
         parsed = urlparse(url)
+        shown = redact_url(url)
         if parsed.scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(
-                f"metastore.url {url!r}: scheme must be redis://, rediss:// (TLS) or unix://")
+                f"metastore.url {shown!r}: scheme must be redis://, rediss:// (TLS) or unix://")
         query = parse_qs(parsed.query)
         namespace = query.pop("namespace", [namespace])[0]
-        self.url = url
+        durability = query.pop("durability", [durability or "strict"])[0]
+        if durability not in DURABILITY:
+            raise ConfigError(f"metastore.url {shown!r}: durability={durability!r}; expected one "
+                              f"of {', '.join(DURABILITY)}")
+        self.durability = durability
+        url = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
+        self.url = shown
         self.pool = redis.ConnectionPool.from_url(
             url, decode_responses=True, socket_timeout=socket_timeout,
             socket_connect_timeout=5, health_check_interval=30,
@@ -270,9 +288,10 @@ class RedisMetadataStore:
         self.r = redis.Redis(connection_pool=self.pool)
         self.event_maxlen = event_maxlen
         try:
+            self._check_persistence()
             self.partitions = self._agree_partitions(namespace, partitions)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise MetastoreUnavailable(f"metadata store {url!r} unreachable: {e}") from e
+            raise MetastoreUnavailable(f"metadata store {shown!r} unreachable: {e}") from e
         self.keys = Keys(namespace, self.partitions)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
@@ -281,6 +300,38 @@ class RedisMetadataStore:
             "gc_txn", "bind_sink", "alloc_ids",
             "claim_acks", "release_acks", "record_acks", "mark_acks_applied",
             "withdraw_write", "create_topic", "change_layout", "seal_end")}
+
+    def _check_persistence(self) -> None:
+        """Refuse a server that would lose acknowledged decisions, unless the URL opts
+        into a documented weaker mode (docs/durability.md): ``strict`` needs AOF with
+        ``appendfsync always``; ``waitaof`` needs AOF and waits for the fsync of each
+        decision (WAITAOF); ``relaxed`` checks nothing (lost decisions fail closed)."""
+        if self.durability == "relaxed":
+            return
+        hint = ("add ?durability=relaxed to metastore.url to accept it (lost decisions come "
+                "back as unknown: their txns are never shown), or see docs/durability.md")
+        try:
+            cfg = self.r.config_get("append*")
+        except redis.ResponseError as e:
+            raise ConfigError(f"metastore.url {self.url!r}: cannot read the server's "
+                              f"persistence settings ({e}); {hint}") from None
+        if cfg.get("appendonly") != "yes":
+            raise ConfigError(f"metastore.url {self.url!r}: the server runs without AOF "
+                              f"(appendonly {cfg.get('appendonly')}); {hint}")
+        if self.durability == "strict" and cfg.get("appendfsync") != "always":
+            raise ConfigError(
+                f"metastore.url {self.url!r}: appendfsync is {cfg.get('appendfsync')!r}, so an "
+                "acknowledged commit can be lost; use appendfsync always, or add "
+                "?durability=waitaof (each decision waits for its fsync); or " + hint)
+
+    def _await_fsync(self) -> None:
+        """``waitaof``: the decision just taken is on the server's disk before we return."""
+        if self.durability != "waitaof":
+            return
+        local, _replicas = self.r.execute_command("WAITAOF", 1, 0, 10_000)
+        if int(local) < 1:
+            raise MetastoreUnavailable("the decision was not fsynced within 10 s (WAITAOF); "
+                                       "ending the transaction again tells its outcome")
 
     def _agree_partitions(self, ns: str, wanted: int | None) -> int:
         """P is fixed per deployment at first use: ids and slots depend on it."""
@@ -377,6 +428,8 @@ class RedisMetadataStore:
             args += [sink.batch_id, sink.query_id]
         res = self._s["end_txn"](keys=keys, args=args)
         status = res[0]
+        if status in ("OK", "ALREADY"):
+            self._await_fsync()
         if status == "NOTFOUND":
             raise TxnNotFound(f"transaction {txn_id} not found")
         if status == "FENCED":

@@ -44,6 +44,7 @@ from pulsar_txn.records import (
 from pulsar_txn.state import TxnState, check_transition
 
 from .keys import Keys
+from .watch import RedisTopicWatch, RedisWatch
 
 log = logging.getLogger(__name__)
 
@@ -109,72 +110,6 @@ def _split_record(field: str) -> tuple[str, str]:
     return seg, rest
 
 
-class RedisWatch(threading.Thread):
-    """Follows every partition's event stream with XREAD BLOCK (push, not poll).
-
-    Events are only wake-ups: after a reconnect the stream position is re-read
-    and a ``resync`` event tells subscribers to re-read headers and indexes,
-    because events published while disconnected may be gone.
-    """
-
-    def __init__(self, store: RedisMetadataStore, callback: Callable[[TxnEvent], None]) -> None:
-        super().__init__(name="pulsar-txn-watch", daemon=True)
-        self._store = store
-        self._callback = callback
-        self._closing = threading.Event()
-        self._conn = redis.Redis(connection_pool=store.pool, decode_responses=True)
-        self._ids: dict[str, str] = {}
-        self.ready = threading.Event()
-
-    def _latest_ids(self) -> dict[str, str]:
-        keys = [self._store.keys.events(p) for p in range(self._store.partitions)]
-        pipe = self._conn.pipeline(transaction=False)
-        for k in keys:
-            pipe.xrevrange(k, "+", "-", count=1)
-        return {k: (r[0][0] if r else "0-0") for k, r in zip(keys, pipe.execute())}
-
-    def run(self) -> None:
-        backoff = 0.05
-        while not self._closing.is_set():
-            try:
-                if not self._ids:
-                    self._ids = self._latest_ids()
-                    if self.ready.is_set():
-                        self._emit(TxnEvent("resync"))
-                    self.ready.set()
-                resp = self._conn.xread(self._ids, count=1024, block=500)
-                backoff = 0.05
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                if self._closing.is_set():
-                    return
-                self._ids = {}
-                self._closing.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            for key, entries in resp or ():
-                p = int(key[key.index(":") + 1: key.index("}")])
-                for eid, fields in entries:
-                    self._ids[key] = eid
-                    self._emit(self._decode(p, fields))
-
-    @staticmethod
-    def _decode(p: int, f: dict[str, str]) -> TxnEvent:
-        txn = TxnId(p, int(f["t"]))
-        segs = tuple(s for s in f.get("g", "").split("\n") if s)
-        state = TxnState(f["s"]) if f.get("s") else None
-        return TxnEvent(f.get("k", "end"), txn, state, segs)
-
-    def _emit(self, ev: TxnEvent) -> None:
-        try:
-            self._callback(ev)
-        except Exception:  # a subscriber's bug must not stop notifications for others
-            log.exception("pulsar-txn watch callback failed")
-
-    def close(self) -> None:
-        self._closing.set()
-        self.join(timeout=2)
-
-
 class _Script:
     """A registered script that survives a server restart's empty script cache even
     when the reload races the restart (redis-py retries NOSCRIPT only once)."""
@@ -190,73 +125,6 @@ class _Script:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
-
-
-class RedisTopicWatch(threading.Thread):
-    """Layout changes of scalable topics, pushed (XREAD BLOCK on each topic's stream).
-
-    ``callback(topic)`` after an event of that topic; ``callback(None)`` after a
-    reconnect, when events may have been missed and every layout must be re-read.
-    """
-
-    def __init__(self, store: RedisMetadataStore, topics: Callable[[], Iterable[str]],
-                 callback: Callable[[str | None], None]) -> None:
-        super().__init__(name="pulsar-txn-topic-watch", daemon=True)
-        self._store = store
-        self._topics = topics
-        self._callback = callback
-        self._closing = threading.Event()
-        self._conn = redis.Redis(connection_pool=store.pool, decode_responses=True)
-        self._ids: dict[str, str] = {}
-
-    def run(self) -> None:
-        backoff, healthy = 0.05, True
-        keys = self._store.keys
-        while not self._closing.is_set():
-            try:
-                wanted = {keys.topic_events(t): t for t in self._topics()}
-                for key in list(self._ids):
-                    if key not in wanted:
-                        del self._ids[key]
-                new = [key for key in wanted if key not in self._ids]
-                if new:  # start after the newest event: '$' would drop events between calls
-                    pipe = self._conn.pipeline(transaction=False)
-                    for key in new:
-                        pipe.xrevrange(key, "+", "-", count=1)
-                    for key, last in zip(new, pipe.execute()):
-                        self._ids[key] = last[0][0] if last else "0-0"
-                    for key in new:  # a change between the follower's read and now
-                        self._emit(wanted[key])
-                if not self._ids:
-                    self._closing.wait(0.2)
-                    continue
-                resp = self._conn.xread(dict(self._ids), count=256, block=300)
-                if not healthy:
-                    healthy = True
-                    self._emit(None)
-                backoff = 0.05
-            except (redis.ConnectionError, redis.TimeoutError, OSError):
-                if self._closing.is_set():
-                    return
-                healthy = False
-                self._ids = {}
-                self._closing.wait(backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            for key, entries in resp or ():
-                if entries:
-                    self._ids[key] = entries[-1][0]
-                    self._emit(wanted.get(key))
-
-    def _emit(self, topic: str | None) -> None:
-        try:
-            self._callback(topic)
-        except Exception:
-            log.exception("pulsar-txn topic watch callback failed")
-
-    def close(self) -> None:
-        self._closing.set()
-        self.join(timeout=2)
 
 
 class RedisMetadataStore:

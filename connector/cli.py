@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return _topic_main(ap, args)
     try:
         store = open_store(args.metastore, namespace=args.namespace)
-        coord = TransactionCoordinator(store)
+        coord = TransactionCoordinator(store, materialize_inline=True)  # done before exit
         now = store.server_time_ms()
         if args.cmd == "list":
             ids = ([t for t, _ in store.open_txns()] if args.state == "open"
@@ -117,9 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             _print([row], args.json)
         elif args.cmd == "sweep":
             t0 = time.monotonic()
-            aborted = coord.sweep_timeouts()
-            removed = coord.sweep_gc(args.retention_ms)
-            _print([{"aborted": len(aborted), "collected": removed,
+            done = coord.sweep_all(args.retention_ms)
+            _print([{**done,
                      "seconds": round(time.monotonic() - t0, 3)}], args.json)
         return 0
     except PulsarTxnError as e:

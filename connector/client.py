@@ -29,6 +29,7 @@ from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, Tra
 from pulsar_txn.dag import is_scalable
 from pulsar_txn.errors import (
     ConfigError,
+    InvalidTxnId,
     PulsarTxnError,
     ReadTimeout,
     TxnNotOpen,
@@ -397,15 +398,31 @@ class _GatedStream:
         return None
 
     def _verdict(self, t: str, writer: str) -> str:
+        if not self._well_formed(t):
+            self._verdicts[(t, writer)] = SKIP
+            return SKIP
         verdict = self._client.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
         if verdict != WAIT:
             self._verdicts[(t, writer)] = verdict
         return verdict
 
+    def _well_formed(self, t: str) -> bool:
+        """A malformed txn property is not ours (or corrupt): never delivered, said once."""
+        try:
+            self._txn(t)
+            return True
+        except InvalidTxnId:
+            log.warning("%s: a message carries a malformed %s property %r; such messages are "
+                        "never delivered", self.segment, PROP_TXN, t)
+            return False
+
     def _classify_batch(self) -> None:
         gate = self._gate_id
         pairs = {(t, w) for _, mid, t, w in self._buf
                  if t is not None and (t, w) not in self._verdicts and mid <= gate}
+        for t, w in [(t, w) for t, w in pairs if not self._well_formed(t)]:
+            self._verdicts[(t, w)] = SKIP
+            pairs.discard((t, w))
         if not pairs:
             return
         pairs = list(pairs)

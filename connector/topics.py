@@ -214,6 +214,9 @@ class DataLoss(PulsarTxnError):
     """Entries of a planned range can no longer be read (deleted topic or ledgers)."""
 
 
+_END_OF_LEDGER = 2**63 - 1  # Position.previous() of entry 0: after every entry of a ledger
+
+
 def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
          fail_on_data_loss: bool = True, reader: dict | None = None
          ) -> Iterator[tuple[Pos, object]]:
@@ -226,7 +229,10 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
 
     if end <= start:
         return
-    if start == _BEFORE or start[1] < 0:  # earlier ledgers are filtered out below
+    if start == _BEFORE or start[1] < 0 or start[1] >= _END_OF_LEDGER:
+        # no entry to start at: before the first, or "the end of ledger L" (a gate just
+        # below entry 0 of the next ledger), which a broker need not resolve (pulsar-lite
+        # delivers nothing from it). Earlier entries are filtered out below.
         mid, inclusive = pulsar.MessageId.earliest, False
     else:
         mid, inclusive = pulsar.MessageId(-1, start[0], start[1], -1), True

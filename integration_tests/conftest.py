@@ -54,13 +54,17 @@ def topic_name():
 
 
 @pytest.fixture
-def make_client(broker, redis_server, namespace):
+def make_client(request, broker, redis_server, namespace):
+    """Clients for the test. In Spark tests they run no sweeper unless asked: the
+    queries' drivers must do the background work themselves (DESIGN §3, hole 6)."""
     from pulsar_txn.client import PulsarTxnClient
 
     made = []
+    spark_test = request.node.get_closest_marker("spark") is not None
 
     def make(**kw):
         kw.setdefault("namespace", namespace)
+        kw.setdefault("sweeper", not spark_test)
         kw.setdefault("sweep_interval_s", 0.2)
         url = kw.pop("metastore_url", redis_server.url)
         c = PulsarTxnClient(broker.service_url, url, **kw)

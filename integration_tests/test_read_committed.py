@@ -107,3 +107,17 @@ def test_concurrent_commits_and_aborts_reader_sees_exactly_committed(client, top
     for w in range(3):
         mine = [v for v in seen if v.startswith(f"w{w}-".encode())]
         assert mine == [v for v in committed if v.startswith(f"w{w}-".encode())]
+
+
+def test_malformed_txn_property_is_never_delivered_and_does_not_stop_the_reader(
+        client, plain_pulsar, topic_name):
+    """Item 10: a message whose txn property is not a pulsar-txn id (another tool, a
+    corrupt writer) is not ours to classify: fail closed, and keep reading."""
+    from pulsar_txn.records import PROP_TXN, PROP_WRITER
+
+    t = topic_name()
+    raw = plain_pulsar.create_producer(t)
+    raw.send(b"before")
+    raw.send(b"forged", properties={PROP_TXN: "v4:123:456", PROP_WRITER: "w"})
+    raw.send(b"after")
+    assert values(client.create_reader(t)) == [b"before", b"after"]

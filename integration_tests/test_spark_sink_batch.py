@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import values
 
 pytestmark = pytest.mark.spark
 
@@ -25,8 +24,16 @@ def test_batch_write_is_one_transaction_across_topics(spark, client, broker, red
     df = spark.createDataFrame(rows, "key string, value binary, topic string, "
                                      "properties map<string,string>")
     _writer(df, broker, redis_server, namespace).mode("append").save()
-    got = Counter(values(client.create_reader(a)) + values(client.create_reader(b)))
-    assert got == Counter(f"v{i}".encode() for i in range(40))
+    from pulsar_txn.client import read_all
+    from pulsar_txn.records import TxnId
+    from pulsar_txn.state import TxnState
+
+    msgs = [m for t in (a, b) for m in read_all(client.create_reader(t), 400)]
+    assert Counter(m.value for m in msgs) == Counter(f"v{i}".encode() for i in range(40))
+    # one transaction across both topics (one CAS made all of it visible at once)
+    txns = {m.txn_id for m in msgs}
+    assert len(txns) == 1 and None not in txns, txns
+    assert client.coordinator.get(TxnId.parse(txns.pop())).state is TxnState.COMMITTED
     opened = client.store.open_txns()
     assert opened == []  # the job's transaction ended
 

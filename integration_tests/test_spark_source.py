@@ -195,3 +195,103 @@ def test_source_min_partitions_splits_without_changing_rows(spark, client, broke
     assert [tuple(r) for r in rows] == [tuple(r) for r in sorted(one.collect(),
                                                                   key=lambda r: r.messageId)]
     assert sorted(bytes(r.value) for r in rows) == sorted(expected)
+
+
+def test_source_only_deployment_finishes_the_background_work(
+        spark, make_client, broker, redis_server, namespace, topic_name):
+    """Hole 6: with only a Spark source query running (no client sweeper anywhere), an
+    abandoned txn is aborted after its deadline, a committed txn whose index cleanup
+    died with its committer is materialized, and finalized txns are collected, so
+    the query does not stall behind either and the store does not grow without bound."""
+    from pulsar_txn.state import TxnState
+
+    writer = make_client(sweeper=False)
+    topic = topic_name("bg")
+    p = writer.create_producer(topic)
+    abandoned = writer.new_transaction(timeout_ms=1500)
+    p.send(b"abandoned", txn=abandoned)
+    committed = writer.new_transaction()
+    p.send(b"committed", txn=committed)
+    # the committer dies right after the CAS: no index cleanup, the gate stays held
+    writer.store.end_txn(committed.id, TxnState.COMMITTED, [p.writer_id])
+    p.send(b"after")
+    writer.close()
+    df = _reader(spark, broker, redis_server, namespace, topic=topic,
+                 startingOffsets="earliest", **{"transaction.retention.ms": "0"})
+    q = (df.selectExpr("value").writeStream.format("memory").queryName(f"bg_{namespace}")
+         .trigger(processingTime="300 milliseconds").start())
+    try:
+        deadline, got = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(got) < 2:
+            got = [bytes(r.value) for r in spark.sql(f"select value from bg_{namespace}")
+                   .collect()]
+            time.sleep(0.3)
+        checker = make_client(sweeper=False)
+        assert sorted(got) == [b"after", b"committed"], (
+            q.exception(), checker.store.open_txns(), checker.store.unmaterialized_txns(),
+            checker.store.get_header(abandoned.id), checker.store.get_header(committed.id))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and checker.store.finalized_txns():
+            time.sleep(0.3)
+        assert checker.store.finalized_txns() == []  # collected by the query's driver
+        assert checker.store.get_header(abandoned.id) is None
+    finally:
+        q.stop()
+
+
+def test_source_never_delivers_a_row_before_its_txn_committed(
+        spark, client, broker, redis_server, namespace, topic_name):
+    """Invariant 1 in time, not only in the final multiset: every row a micro-batch
+    returns belongs to a txn whose commit had *started* before that batch reached
+    the sink (so before it was planned). A row of a then-OPEN txn delivered early,
+    whose txn commits later, fails here although the final output would match."""
+    topic = topic_name("early")
+    commit_started: dict[bytes, float] = {}
+    aborted: set[bytes] = set()
+    violations: list[str] = []
+    seen: Counter = Counter()
+    stop = threading.Event()
+
+    def writer():
+        rnd = random.Random(7)
+        p = client.create_producer(topic)
+        n = 0
+        while not stop.is_set():
+            txn = client.new_transaction()
+            batch = [f"e-{n}-{i}".encode() for i in range(rnd.randint(1, 4))]
+            for v in batch:
+                p.send(v, txn=txn)
+            time.sleep(rnd.random() * 0.2)  # stays OPEN across trigger boundaries
+            if rnd.random() < 0.7:
+                now = time.monotonic()
+                for v in batch:
+                    commit_started[v] = now
+                txn.commit()
+            else:
+                aborted.update(batch)
+                txn.abort()
+            n += 1
+
+    def check(batch_df, batch_id):
+        began = time.monotonic()
+        for r in batch_df.select("value").collect():
+            v = bytes(r.value)
+            seen[v] += 1
+            if v in aborted or commit_started.get(v, float("inf")) > began:
+                violations.append(f"batch {batch_id}: {v!r} before its commit")
+
+    df = _reader(spark, broker, redis_server, namespace, topic=topic,
+                 startingOffsets="earliest")
+    q = (df.writeStream.foreachBatch(check).trigger(processingTime="200 milliseconds")
+         .start())
+    th = threading.Thread(target=writer)
+    th.start()
+    time.sleep(8)
+    stop.set()
+    th.join()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and set(seen) != set(commit_started):
+        time.sleep(0.3)
+    q.stop()
+    assert not violations, violations[:5]
+    assert seen == Counter(set(commit_started)), "each committed row exactly once"

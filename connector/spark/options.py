@@ -15,8 +15,9 @@ from pulsar_txn.errors import ConfigError
 SPARK = {"path", "checkpointlocation"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",
-                 "transactional"}
-SOURCE = COMMON | {"topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
+                 "transactional", "transaction.retention.ms"}
+SOURCE = COMMON | {"transaction.retention.ms",
+                   "topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
                    "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
                    "maxtriggerdelay", "startingtimestamp", "failondataloss", "datatimeoutms",
                    "minpartitions", "subscription", "admin.url"}
@@ -163,6 +164,7 @@ class SinkOptions:
     producer: dict = field(default_factory=dict)
     client: dict = field(default_factory=dict)
     rebind: bool = False  # sink.id.rebind: move an explicit sink.id to this query
+    retention_ms: int = 3_600_000  # transaction.retention.ms: GC of finalized txns
     transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
     fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
 
@@ -185,6 +187,7 @@ class SinkOptions:
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             fault=opts.get("sink.fault", ""),
             rebind=_bool(opts, "sink.id.rebind", False),
+            retention_ms=_int(opts, "transaction.retention.ms", 3_600_000),
             transactional=_bool(opts, "transactional", True),
         )
 
@@ -255,6 +258,7 @@ class SourceOptions:
     pattern: str | None = None  # topicsPattern: re-resolved at every trigger
     subscription: str | None = None
     admin_url: str | None = None
+    retention_ms: int = 3_600_000  # transaction.retention.ms: the driver's GC
 
     @classmethod
     def from_options(cls, options, batch: bool = False) -> SourceOptions:
@@ -313,6 +317,7 @@ class SourceOptions:
         return cls(
             service_url=service, metastore_url=metastore,
             namespace=opts.get("metastore.namespace") or "ptxn", topics=topics,
+            retention_ms=_int(opts, "transaction.retention.ms", 3_600_000),
             starting=starting, ending=ending,
             max_records=_int(opts, "maxrecordspertrigger", None, minimum=1),
             min_records=_int(opts, "minrecordspertrigger", None, minimum=1),

@@ -262,25 +262,6 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
         client.close()
 
 
-_last_sweep = [0.0]
-
-
-def _sweep_timeouts(coord, every_s: float = 1.0) -> None:
-    """The driver aborts expired txns (failed batches, dead tasks) while the query runs,
-    so none stays OPEN past its timeout even where no client runs a sweeper."""
-    import time
-
-    now = time.monotonic()
-    if now - _last_sweep[0] < every_s:
-        return
-    _last_sweep[0] = now
-    try:
-        for t in coord.sweep_timeouts():
-            log.info("pulsar-txn: aborted %s, past its timeout", t)
-    except PulsarTxnError as e:
-        log.warning("pulsar-txn timeout sweep failed (next batch retries): %s", e)
-
-
 class StreamSinkWriter:
     """Mixin-free core of the streaming writer (the Spark classes delegate here)."""
 
@@ -343,6 +324,9 @@ class StreamSinkWriter:
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
             coord = TransactionCoordinator(store, materialize_inline=True)
+            # the driver does the deployment's background work (timeouts, cleanups a dead
+            # committer left, GC): a Spark-only deployment has no other sweeper
+            coord.sweep_if_due(self.opts.retention_ms)
             if not txns:  # every task saw the batch as committed: a replay
                 for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
                     coord.commit(TxnId.parse(t), sink=sink)
@@ -355,7 +339,6 @@ class StreamSinkWriter:
             txn_id = TxnId.parse(txns.pop())
             if _fault(self.opts, "crash-before-commit", batch_id):
                 _kill_driver(f"before commit of batch {batch_id}")
-            _sweep_timeouts(coord)
             winners = sorted({m.writer for m in msgs})
             segments = sorted({s for m in msgs for s in m.segments})
             # one CAS: the decision and the sink's progress (a replay is recognised

@@ -93,6 +93,7 @@ class Planner:
 
         from pulsar_txn.buffer import max_read_position
         from pulsar_txn.client import quiet_logger
+        from pulsar_txn.coordinator import TransactionCoordinator
         from pulsar_txn.metastore import open_store
 
         self.opts = opts
@@ -104,6 +105,7 @@ class Planner:
         self._completing: dict[str, float] = {}
         self._consumers: dict[str, bool] = {}  # segments whose subscription exists
         self._acked: dict[str, Pos] = {}
+        self.coordinator = TransactionCoordinator(self.store, materialize_inline=True)
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
         from pulsar_txn.topics import last_entry
@@ -315,6 +317,9 @@ class Planner:
         self.store.close()
 
 
+_OUTCOME_GRACE_S = 30.0  # past a txn's deadline: time for some sweeper to abort it
+
+
 def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 2000):
     """Executor-side: yield Arrow batches of the committed rows of one segment range."""
     if not isinstance(part, SegmentPartition):
@@ -324,6 +329,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
 
     from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
     from pulsar_txn.client import quiet_logger
+    from pulsar_txn.errors import InvalidTxnId
     from pulsar_txn.metastore import open_store
     from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId
 
@@ -336,21 +342,45 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
     store = open_store(opts.metastore_url, namespace=opts.namespace)
     client = pulsar.Client(opts.service_url, **{"logger": quiet_logger(), **opts.client})
     tb = TransactionBuffer(store)
-    outcome_timeout_s = 120.0
+    watch = None
     try:
         pending: list = []
 
+        def txn_of(t: str, pos) -> TxnId | None:
+            try:
+                return TxnId.parse(t)
+            except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
+                log.warning("%s: message %s carries a malformed %s property %r; it is never "
+                            "delivered", part.segment, encode(pos), PROP_TXN, t)
+                return None
+
+        def wait_for(txn: TxnId) -> None:
+            """H1 fallback: an OPEN txn's entry below the gate waits for its end, woken by
+            the store's events (a watch opened on first need), at most until its deadline
+            plus a sweep's grace: never guessed, never a fixed timeout."""
+            nonlocal watch
+            if watch is None:
+                watch = store.watch(tb.on_event)
+            header = store.get_header(txn)
+            left = 0.0 if header is None else (header.deadline_ms - store.server_time_ms()) / 1000
+            if not tb.wait_for_outcome(txn, max(left, 0.0) + _OUTCOME_GRACE_S):
+                raise PulsarTxnError(f"{part.segment}: {txn} is still OPEN below the gate "
+                                     f"{_OUTCOME_GRACE_S:.0f} s after its deadline; is any "
+                                     "sweeper running?")
+
         def flush():
-            pairs = [(TxnId.parse(t), w) for _, _, _, t, w in pending if t]
+            ids = {t: txn_of(t, pos) for pos, _, _, t, _ in pending if t}
+            pairs = [(ids[t], w) for _, _, _, t, w in pending if t and ids[t] is not None]
             verdicts = iter(tb.classify(part.segment, pairs)) if pairs else iter(())
             cols: dict[str, list] = {f.name: [] for f in schema}
             for pos, raw, props, t, w in pending:
                 if t:
+                    txn = ids[t]
+                    if txn is None:
+                        continue
                     verdict = next(verdicts)
-                    if verdict == WAIT:  # H1 fallback: wait for the outcome, never guess
-                        txn = TxnId.parse(t)
-                        if not tb.wait_for_outcome(txn, outcome_timeout_s):
-                            raise PulsarTxnError(f"{part.segment}: {t} still OPEN below the gate")
+                    if verdict == WAIT:
+                        wait_for(txn)
                         verdict = tb.classify(part.segment, [(txn, w)])[0]
                     if verdict != DELIVER:
                         continue
@@ -380,6 +410,8 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         if pending:
             yield flush()
     finally:
+        if watch is not None:
+            watch.close()
         client.close()
         store.close()
 
@@ -464,6 +496,9 @@ class StreamSource:
     def latest_offset(self, start: dict, limit) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, ReadMinRows
 
+        # once per trigger, also when idle: the deployment's background work (a query
+        # must not stall behind an abandoned txn when no other process sweeps)
+        self.planner.coordinator.sweep_if_due(self.opts.retention_ms)
         cur = from_offset(start)
         units = self.planner.units(cur)
         ends: dict[str, Pos] = dict(cur)

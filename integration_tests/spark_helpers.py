@@ -133,6 +133,18 @@ class SparkCluster:
         self.stop()
         raise RuntimeError("spark workers did not register in time")
 
+    def kill_executor(self) -> int | None:
+        """SIGKILL one executor JVM (a worker relaunches it); its pid, or None if none ran."""
+        import signal
+
+        out = subprocess.run(["pgrep", "-f", "CoarseGrainedExecutorBackend"],
+                             capture_output=True, text=True).stdout.split()
+        mine = [int(p) for p in out if _cwd(int(p)).startswith(str(self.workdir))]
+        if not mine:
+            return None
+        os.kill(mine[0], signal.SIGKILL)
+        return mine[0]
+
     def stop(self) -> None:
         import signal
 
@@ -145,3 +157,11 @@ class SparkCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
         self.procs = []
+
+
+def _cwd(pid: int) -> str:
+    """An executor runs in its worker's work dir (``<work-dir>/<app>/<id>``)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""

@@ -27,12 +27,13 @@ KILLS = int(os.environ.get("PULSAR_TXN_CHAOS_KILLS", "20"))
 MESSAGES = 10_000
 
 
-def _start(broker, redis_url, namespace, src, dst, ckpt, fault=""):
+def _start(broker, redis_url, namespace, src, dst, ckpt, fault="", master="local[2,2]"):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     return subprocess.Popen(
         [sys.executable, str(JOB), "--source", src, "--sink", dst, "--checkpoint", str(ckpt),
          "--service-url", broker.service_url, "--metastore-url", redis_url,
-         "--namespace", namespace, "--fault", fault, "--max-records", "200"],
+         "--namespace", namespace, "--fault", fault, "--max-records", "200",
+         "--master", master],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True)
 
@@ -45,22 +46,14 @@ def _kill(proc) -> None:
     proc.wait(30)
 
 
-def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_restart(
-        broker, tmp_path, topic_name):
-    from pulsar_txn.client import PulsarTxnClient
-    from pulsar_txn.harness.redis_server import RedisServer
-
-    redis = RedisServer(tmp_path / "redis").start()  # our own: this test restarts it
-    namespace = "chaos"
-    client = PulsarTxnClient(broker.service_url, redis.url, namespace=namespace)
-    src, dst = topic_name("chaos-in"), topic_name("chaos-out")
-    rnd = random.Random(int(os.environ.get("PULSAR_TXN_CHAOS_SEED", "473")))
+def _produce(client, src, rnd, n) -> Counter:
+    """Committed upstream input, with aborted transactions mixed in; the expected output."""
     expected: Counter = Counter()
     p = client.create_producer(src, batching_enabled=True, block_if_queue_full=True)
     i = 0
-    while i < MESSAGES:
+    while i < n:
         txn = client.new_transaction()
-        batch = [f"m{j}" for j in range(i, min(MESSAGES, i + rnd.randint(50, 400)))]
+        batch = [f"m{j}" for j in range(i, min(n, i + rnd.randint(50, 400)))]
         for v in batch:
             p.send_async(v.encode(), key=v, txn=txn)
         if rnd.random() < 0.15:
@@ -69,6 +62,21 @@ def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_resta
         txn.commit()
         expected.update(f"{v.upper()}-out".encode() for v in batch)
         i += len(batch)
+    return expected
+
+
+def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_restart(
+        broker, tmp_path, topic_name):
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.harness.redis_server import RedisServer
+
+    redis = RedisServer(tmp_path / "redis").start()  # our own: this test restarts it
+    namespace = "chaos"
+    # no sweeper here: the queries' drivers must do the background work (hole 6)
+    client = PulsarTxnClient(broker.service_url, redis.url, namespace=namespace, sweeper=False)
+    src, dst = topic_name("chaos-in"), topic_name("chaos-out")
+    rnd = random.Random(int(os.environ.get("PULSAR_TXN_CHAOS_SEED", "473")))
+    expected = _produce(client, src, rnd, MESSAGES)
     observer = Observer(client, dst)
     observer.start()
     ckpt = tmp_path / "ckpt"
@@ -153,4 +161,75 @@ def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_resta
         assert seen == expected  # the observer never saw an uncommitted or duplicate row
     finally:
         client.close()
+        redis.stop()
+
+
+def test_pipeline_exactly_once_through_executor_kills_broker_and_redis_restarts(
+        broker, tmp_path, topic_name):
+    """The other faults a running pipeline meets: an executor process SIGKILLed mid-batch
+    (a Spark worker's executor JVM, not a failing task), the broker restarted, Redis
+    restarted. The query is restarted from its checkpoint whenever it gives up."""
+    from spark_helpers import SparkCluster
+
+    from pulsar_txn.client import PulsarTxnClient, read_all
+    from pulsar_txn.harness.redis_server import RedisServer
+
+    redis = RedisServer(tmp_path / "redis").start()
+    cluster = SparkCluster(tmp_path / "spark").start()
+    namespace = "chaos2"
+    client = PulsarTxnClient(broker.service_url, redis.url, namespace=namespace, sweeper=False)
+    src, dst = topic_name("chaos2-in"), topic_name("chaos2-out")
+    rnd = random.Random(int(os.environ.get("PULSAR_TXN_CHAOS_SEED", "473")) + 1)
+    expected = _produce(client, src, rnd, MESSAGES // 2)
+    observer = Observer(client, dst)
+    observer.start()
+    ckpt = tmp_path / "ckpt"
+    done: Counter = Counter()
+    runs, started = 0, time.monotonic()
+    plan = ["executor", "broker", "executor", "redis", "executor"]
+    try:
+        proc = _start(broker, redis.url, namespace, src, dst, ckpt, master=cluster.url)
+        runs += 1
+        for fault in plan:
+            # strike while a batch is in flight: its transaction is OPEN
+            t0 = time.monotonic()
+            while not client.store.open_txns() and time.monotonic() - t0 < 120:
+                if proc.poll() is not None:
+                    proc = _start(broker, redis.url, namespace, src, dst, ckpt,
+                                  master=cluster.url)
+                    runs += 1
+                time.sleep(0.05)
+            time.sleep(rnd.uniform(0.0, 0.5))
+            if fault == "executor":
+                done["executor"] += bool(cluster.kill_executor())
+            elif fault == "broker":
+                broker.restart()
+                done["broker"] += 1
+            else:
+                redis.kill()
+                time.sleep(0.5)
+                redis.start()
+                done["redis"] += 1
+        for _ in range(3):  # let it finish; restart it from the checkpoint if it gave up
+            out, _ = proc.communicate(timeout=600)
+            if "PIPELINE-DONE" in out:
+                break
+            proc = _start(broker, redis.url, namespace, src, dst, ckpt, master=cluster.url)
+            runs += 1
+        assert "PIPELINE-DONE" in out
+        final = Counter(m.value for m in read_all(client.create_reader(dst), 2000))
+        seen = observer.finish()
+        print(f"\nchaos: {sum(expected.values())} inputs, {done['executor']} executor kills, "
+              f"{done['broker']} broker restart(s), {done['redis']} Redis restart(s), {runs} "
+              f"runs, {time.monotonic() - started:.0f} s; output {sum(final.values())} rows, "
+              f"duplicates {sum(c - 1 for c in final.values() if c > 1)}, missing "
+              f"{sum((expected - final).values())}, extra {sum((final - expected).values())}")
+        assert done == Counter(executor=3, broker=1, redis=1), done
+        assert final == expected
+        assert seen == expected
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+        client.close()
+        cluster.stop()
         redis.stop()

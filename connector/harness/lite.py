@@ -41,6 +41,11 @@ class PulsarLite:
         stop_process(self.proc)
         self.proc = None
 
+    def restart(self, timeout: float = 30.0) -> None:
+        """Stop and start again on the same port and data directory."""
+        self.stop()
+        self.start(timeout)
+
     def terminate_topic(self, topic: str) -> bool:
         return False  # not supported by pulsar-lite
 

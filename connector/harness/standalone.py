@@ -228,6 +228,7 @@ class PulsarStandalone:
                     # A port was taken between free_ports() and the JVM's bind.
                     # The bookie cookie pins its port, so start from a clean dir.
                     shutil.rmtree(data_dir, ignore_errors=True)
+                    self.broker_port = 0
                     continue
                 raise RuntimeError(
                     f"Apache Pulsar standalone failed to start: {e}\n"
@@ -236,7 +237,8 @@ class PulsarStandalone:
 
     def _spawn(self, lib: pathlib.Path, data_dir: pathlib.Path) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.broker_port, self.web_port, self.bookie_port = free_ports(3)
+        if not self.broker_port:  # a restart keeps its ports: clients reconnect to them
+            self.broker_port, self.web_port, self.bookie_port = free_ports(3)
         conf = self.workdir / "standalone.conf"
         conf.write_text(_resource("standalone.conf").format(
             broker_port=self.broker_port, web_port=self.web_port,
@@ -332,6 +334,12 @@ class PulsarStandalone:
             if self._log is not None:
                 self._log.close()
                 self._log = None
+
+    def restart(self, timeout: float = 240.0) -> None:
+        """Stop (shutdown hook) and start again on the same data and ports, as an
+        operator's broker restart: clients and producers reconnect by themselves."""
+        self.stop()
+        self.start(timeout)
 
     @staticmethod
     def _killpg(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -21,12 +21,13 @@ def main() -> None:
     ap.add_argument("--namespace", required=True)
     ap.add_argument("--fault", default="")
     ap.add_argument("--max-records", default="500")
+    ap.add_argument("--master", default="local[2,2]")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    spark = (SparkSession.builder.master("local[2,2]").appName("pulsar-txn-pipeline")
+    spark = (SparkSession.builder.master(args.master).appName("pulsar-txn-pipeline")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -9,18 +9,14 @@
 -- ARGV[1] txn id   ARGV[2] 'ind' | 'cum'   ARGV[3..] ack positions (lexicographic order)
 -- returns {'OK'} | {'CONFLICT', position, holder, 'OPEN' | 'COMMITTED'}
 local txn, mode = ARGV[1], ARGV[2]
-local tomb = redis.call('HGET', KEYS[1], '~tomb')
-local tomb_txn, tomb_pos = nil, nil
-if tomb then
-  local bar = string.find(tomb, '|', 1, true)
-  tomb_txn, tomb_pos = string.sub(tomb, 1, bar - 1), string.sub(tomb, bar + 1)
+local function txn_and_pos(field)  -- '~cum' and '~tomb' hold 'txn|position'
+  local v = redis.call('HGET', KEYS[1], field)
+  if not v then return nil, nil end
+  local bar = string.find(v, '|', 1, true)
+  return string.sub(v, 1, bar - 1), string.sub(v, bar + 1)
 end
-local cum = redis.call('HGET', KEYS[1], '~cum')
-local cum_txn, cum_pos = nil, nil
-if cum then
-  local bar = string.find(cum, '|', 1, true)
-  cum_txn, cum_pos = string.sub(cum, 1, bar - 1), string.sub(cum, bar + 1)
-end
+local tomb_txn, tomb_pos = txn_and_pos('~tomb')
+local cum_txn, cum_pos = txn_and_pos('~cum')
 local function holder_of(value)
   if string.sub(value, 1, 1) == '=' then return string.sub(value, 2), 'COMMITTED' end
   return value, 'OPEN'

@@ -38,12 +38,14 @@ from pulsar_txn.metastore import open_store
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
     BEFORE_EARLIEST,
+    PROP_DEPLOYMENT,
     PROP_TXN,
     PROP_WRITER,
     Position,
     TxnEvent,
     TxnHeader,
     TxnId,
+    own_txn,
 )
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_topic
@@ -246,8 +248,8 @@ class Producer:
 
 def _user_props(properties: dict | None) -> dict:
     props = {str(k): str(v) for k, v in (properties or {}).items()}
-    if PROP_TXN in props or PROP_WRITER in props:
-        raise ConfigError(f"message properties {PROP_TXN!r}/{PROP_WRITER!r} are reserved")
+    if PROP_TXN in props or PROP_WRITER in props or PROP_DEPLOYMENT in props:
+        raise ConfigError("message properties starting with '__ptxn.' are reserved")
     return props
 
 
@@ -309,6 +311,7 @@ class _GatedStream:
         """Append received messages to the buffer (one tight loop per drained batch)."""
         append = self._buf.append
         last, received = self._last, self._received
+        dep = self._client.store.deployment
         if self._is_reader:  # in order: the last id held is the highest
             for raw in raws:
                 mid = raw.message_id()
@@ -316,7 +319,7 @@ class _GatedStream:
                     continue  # a broker redelivery (pulsar-lite duplicates unbatched topics)
                 last = mid
                 props = raw.properties()
-                t = props.get(PROP_TXN)
+                t = own_txn(props, dep)
                 append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
             received = last
         else:
@@ -330,7 +333,7 @@ class _GatedStream:
                 if received is None or received < mid:
                     received = mid
                 props = raw.properties()
-                t = props.get(PROP_TXN)
+                t = own_txn(props, dep)
                 append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
         self._last, self._received = last, received
         self._below = received is not None and received <= self._gate_id
@@ -412,8 +415,9 @@ class _GatedStream:
             self._txn(t)
             return True
         except InvalidTxnId:
-            log.warning("%s: a message carries a malformed %s property %r; such messages are "
-                        "never delivered", self.segment, PROP_TXN, t)
+            log.warning("%s: a message's %s property %r is malformed or of another "
+                        "deployment; such messages are never delivered", self.segment,
+                        PROP_TXN, t)
             return False
 
     def _classify_batch(self) -> None:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_RETENTION_MS = 3_600_000
 _DUE: dict[tuple[str, str], tuple[float, float]] = {}  # sweep_if_due: last runs per store
-_DUE_LOCK = threading.Lock()  # local vs server clock skew tolerated before asking the server
+_DUE_LOCK = threading.Lock()
 
 
 class TransactionCoordinator:

@@ -15,6 +15,18 @@ SCHEMA_VERSION = 1
 # transaction in the data stream: no markers are ever written).
 PROP_TXN = "__ptxn.txn"
 PROP_WRITER = "__ptxn.writer"
+# The deployment (metastore namespace + store) the txn id belongs to: an entry of another
+# deployment is never classified with this one's ids.
+PROP_DEPLOYMENT = "__ptxn.dep"
+FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
+
+
+def own_txn(props: dict, deployment: str) -> str | None:
+    """The txn id of an entry as this deployment must classify it (None: plain)."""
+    t = props.get(PROP_TXN)
+    if t is not None and props.get(PROP_DEPLOYMENT, deployment) != deployment:
+        return FOREIGN + t
+    return t
 
 _TXN_ID = re.compile(r"^v5:(\d{1,4}):(\d{1,19})$")
 _WRITER_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")

@@ -16,7 +16,7 @@ import pulsar
 
 from pulsar_txn.errors import PulsarTxnError, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position, TxnId
+from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, Position, TxnId
 
 
 class WriterRun:
@@ -43,7 +43,8 @@ class WriterRun:
         # at a time, so the first position recorded is the lowest the run appended.
         self._first_lock = threading.Lock()
         self._done = threading.Condition()
-        self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer}
+        self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer,
+                           PROP_DEPLOYMENT: store.deployment}
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
         # and a TopicTerminated append is re-routed by the producer, not an error here.
         self._fence = fence

@@ -173,3 +173,32 @@ def test_commit_reports_success_once_decided_even_if_applying_acks_fails(
     # a restarted consumer finishes the application: m0 is not redelivered
     c2 = make_client().subscribe(t, "sub")
     assert [m.value for m in read_all(c2, 1500)] == [b"m1"]
+
+
+def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commit(
+        make_client, topic_name):
+    """A holder whose claims became tombstones but which crashed before marking its ack
+    record applied is found by recovery through its tombstones, also after another txn
+    committed a cumulative ack above them (else its header could never be collected)."""
+    from pulsar_txn.pending_ack import ack_key
+
+    t = topic_name()
+    client = make_client()
+    _fill(client, t, 3)
+    crashed = make_client(sweeper=False)
+    crashed._watch.close()  # it never learns the outcome of ``first`` by itself
+    c = crashed.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(3)]
+    first = crashed.new_transaction()
+    c.acknowledge(msgs[0], txn=first)
+    client.coordinator.commit(first.id)  # decided elsewhere
+    key = ack_key(msgs[0].position)
+    # the consumer applied it, settled its claim into a tombstone, crashed before the mark
+    client.store.release_acks(first.id, c.segment, "sub", [key], committed=True)
+    with crashed.transaction() as later:
+        c.acknowledge_cumulative(msgs[2], txn=later)
+    assert client.store.get_header(first.id).open_ack_records == 1
+    crashed.pulsar.close()
+    c2 = make_client().subscribe(t, "sub")  # recovery on restart
+    assert client.store.get_header(first.id).open_ack_records == 0
+    assert c2.recovered is not None

@@ -191,3 +191,44 @@ def test_unsafe_persistence_is_refused_at_connect_unless_opted_into(broker, tmp_
                 c.close()
     finally:
         server.stop()
+
+
+def test_txn_live_across_a_rollback_keeps_its_header_and_its_lost_writes_stay_hidden(
+        broker, tmp_path, topic_name):
+    """A header that survived a rollback while its write record was lost: the txn ends
+    ABORTED (timeout) with no losing writer listed. Collecting it would make its entry
+    look committed; its header must stay the truth, also after GC."""
+    from pulsar_txn.client import PulsarTxnClient
+
+    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    clients = []
+    try:
+        client = PulsarTxnClient(broker.service_url, server.url, namespace="kept",
+                                 sweeper=False)
+        clients.append(client)
+        t = topic_name()
+        p = client.create_producer(t)
+        txn = client.new_transaction(timeout_ms=1000)
+        backup = _copy_now(server, tmp_path / "backup")  # the header is in the copy...
+        p.send(b"lost-write", txn=txn)                   # ...its write record is not
+        p.send(b"plain")
+        client.close()
+        clients.clear()
+        _restore_earlier_copy(server, backup)
+        c = PulsarTxnClient(broker.service_url, server.url, namespace="kept", sweeper=False)
+        clients.append(c)
+        import time
+
+        time.sleep(1.1)
+        c.coordinator.sweep_timeouts()
+        assert c.coordinator.sweep_gc(retention_ms=0) == 0  # kept, not collected
+        assert c.store.get_header(txn.id) is not None
+        assert c.store.finalized_txns() == []
+        fresh = PulsarTxnClient(broker.service_url, server.url, namespace="kept",
+                                sweeper=False)
+        clients.append(fresh)
+        assert values(fresh.create_reader(t), idle_ms=1500) == [b"plain"]
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()

@@ -121,3 +121,24 @@ def test_malformed_txn_property_is_never_delivered_and_does_not_stop_the_reader(
     raw.send(b"forged", properties={PROP_TXN: "v4:123:456", PROP_WRITER: "w"})
     raw.send(b"after")
     assert values(client.create_reader(t)) == [b"before", b"after"]
+
+
+def test_entries_of_another_deployment_are_never_delivered(make_client, topic_name):
+    """Fail closed across deployments (DESIGN §3): two namespaces write one topic; a txn
+    id of one means nothing in the other, even where the other's watermark covers it."""
+    a, b = make_client(namespace=f"a{topic_name()[-8:]}"), make_client(
+        namespace=f"b{topic_name()[-8:]}")
+    t = topic_name()
+    foreign = a.new_transaction()
+    a.create_producer(t).send(b"a-aborted", txn=foreign)
+    a.coordinator.abort(foreign.id)
+    pb = b.create_producer(t)
+    pb.send(b"b-plain")
+    # b's ids of that partition pass a's id and get collected: its watermark covers it
+    p = foreign.id.partition
+    for _ in range(3):
+        own = b.store.create_txn(b.store.next_txn_id(partition=p), 60_000)
+        b.coordinator.commit(own.txn_id)
+    b.coordinator.sweep_gc(retention_ms=0)
+    assert foreign.id in b.store.collected([foreign.id])  # b alone would take it as its own
+    assert values(b.create_reader(t)) == [b"b-plain"]

@@ -29,6 +29,7 @@ class Watch(Protocol):
 
 class MetadataStore(Protocol):
     partitions: int
+    deployment: str  # carried by every transactional append (see records.PROP_DEPLOYMENT)
 
     # ---- transactions (coordinator) ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId: ...

@@ -11,6 +11,7 @@ import json
 import logging
 import random
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -53,12 +54,16 @@ DURABILITY = ("strict", "waitaof", "relaxed")
 
 
 def redact_url(url: str) -> str:
-    """The URL as it may appear in messages and logs: no password."""
+    """The URL as it may appear in messages and logs: no password (userinfo or query)."""
     p = urlparse(url)
-    if p.password is None:
-        return url
-    netloc = p.netloc.replace(f":{p.password}@", ":***@", 1)
-    return urlunparse(p._replace(netloc=netloc))
+    netloc = p.netloc
+    if p.password is not None:
+        netloc = netloc.replace(f":{p.password}@", ":***@", 1)
+    query = parse_qs(p.query, keep_blank_values=True)
+    for k in query:
+        if "pass" in k.lower() or "secret" in k.lower() or "token" in k.lower():
+            query[k] = ["***"]
+    return urlunparse(p._replace(netloc=netloc, query=urlencode(query, doseq=True)))
 SEQ_BLOCK = 64
 _RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
@@ -117,7 +122,9 @@ class _Script:
     def __init__(self, script) -> None:
         self._script = script
 
-    def __call__(self, keys, args):
+    def __call__(self, keys, args, client=None):
+        if client is not None:  # queued in a pipeline, which loads missing scripts itself
+            return self._script(keys=keys, args=args, client=client)
         for attempt in range(3):
             try:
                 return self._script(keys=keys, args=args)
@@ -158,6 +165,7 @@ class RedisMetadataStore:
         try:
             self._check_persistence()
             self.partitions = self._agree_partitions(namespace, partitions)
+            self.deployment = self._deployment_id(namespace)
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise MetastoreUnavailable(f"metadata store {shown!r} unreachable: {e}") from e
         self.keys = Keys(namespace, self.partitions)
@@ -186,20 +194,17 @@ class RedisMetadataStore:
         if cfg.get("appendonly") != "yes":
             raise ConfigError(f"metastore.url {self.url!r}: the server runs without AOF "
                               f"(appendonly {cfg.get('appendonly')}); {hint}")
+        if self.durability == "waitaof":
+            try:
+                self.r.execute_command("WAITAOF", 0, 0, 1)
+            except redis.ResponseError as e:
+                raise ConfigError(f"metastore.url {self.url!r}: durability=waitaof needs a "
+                                  f"server with WAITAOF (Redis 7.2+, Valkey): {e}") from None
         if self.durability == "strict" and cfg.get("appendfsync") != "always":
             raise ConfigError(
                 f"metastore.url {self.url!r}: appendfsync is {cfg.get('appendfsync')!r}, so an "
                 "acknowledged commit can be lost; use appendfsync always, or add "
                 "?durability=waitaof (each decision waits for its fsync); or " + hint)
-
-    def _await_fsync(self) -> None:
-        """``waitaof``: the decision just taken is on the server's disk before we return."""
-        if self.durability != "waitaof":
-            return
-        local, _replicas = self.r.execute_command("WAITAOF", 1, 0, 10_000)
-        if int(local) < 1:
-            raise MetastoreUnavailable("the decision was not fsynced within 10 s (WAITAOF); "
-                                       "ending the transaction again tells its outcome")
 
     def _agree_partitions(self, ns: str, wanted: int | None) -> int:
         """P is fixed per deployment at first use: ids and slots depend on it."""
@@ -210,6 +215,14 @@ class RedisMetadataStore:
             raise ConfigError(
                 f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
         return stored
+
+    def _deployment_id(self, ns: str) -> str:
+        """A random id fixed at the namespace's first use and carried by every
+        transactional append: an entry written under another deployment (another
+        namespace or store) is never classified with this one's ids (fail closed)."""
+        key = Keys(ns, 1).config()
+        self.r.hsetnx(key, "deployment", uuid.uuid4().hex[:12])
+        return str(self.r.hget(key, "deployment"))
 
     def close(self) -> None:
         self.pool.disconnect()
@@ -294,10 +307,18 @@ class RedisMetadataStore:
                 raise ValueError(f"transaction {txn_id} is not in sink {sink.sink_id}'s partition")
             keys.append(k.sink(p, sink.sink_id))
             args += [sink.batch_id, sink.query_id]
-        res = self._s["end_txn"](keys=keys, args=args)
+        if self.durability == "waitaof":  # the wait must run on the decision's connection
+            pipe = self.r.pipeline(transaction=False)
+            self._s["end_txn"](keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAITAOF", 1, 0, 10_000)
+            res, (local, _replicas) = pipe.execute()
+            if res[0] in ("OK", "ALREADY") and int(local) < 1:
+                raise MetastoreUnavailable("the decision was not fsynced within 10 s "
+                                           "(WAITAOF); ending the transaction again tells "
+                                           "its outcome")
+        else:
+            res = self._s["end_txn"](keys=keys, args=args)
         status = res[0]
-        if status in ("OK", "ALREADY"):
-            self._await_fsync()
         if status == "NOTFOUND":
             raise TxnNotFound(f"transaction {txn_id} not found")
         if status == "FENCED":

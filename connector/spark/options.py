@@ -144,8 +144,10 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
                           f"got {service!r}")
     metastore = _required(opts, "metastore.url")
     if not metastore.startswith(("redis://", "rediss://", "unix://")):
+        from pulsar_txn.metastore.redis_store import redact_url
+
         raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
-                          f"got {metastore!r}")
+                          f"got {redact_url(metastore)!r}")
     return opts, service, metastore
 
 

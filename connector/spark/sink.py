@@ -324,9 +324,6 @@ class StreamSinkWriter:
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
             coord = TransactionCoordinator(store, materialize_inline=True)
-            # the driver does the deployment's background work (timeouts, cleanups a dead
-            # committer left, GC): a Spark-only deployment has no other sweeper
-            coord.sweep_if_due(self.opts.retention_ms)
             if not txns:  # every task saw the batch as committed: a replay
                 for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
                     coord.commit(TxnId.parse(t), sink=sink)
@@ -350,6 +347,10 @@ class StreamSinkWriter:
                 raise
             if _fault(self.opts, "crash-after-commit", batch_id):
                 _kill_driver(f"after commit of batch {batch_id}")
+            # after the decision, never before it (a GC pass must not push this batch's
+            # txn past its deadline): the deployment's background work, which a
+            # Spark-only deployment has no other process for
+            coord.sweep_if_due(self.opts.retention_ms)
             log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
                      "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
                      len(winners), len(segments))

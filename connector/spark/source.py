@@ -331,7 +331,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
     from pulsar_txn.client import quiet_logger
     from pulsar_txn.errors import InvalidTxnId
     from pulsar_txn.metastore import open_store
-    from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId
+    from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
 
     schema = pa.schema([
         ("key", pa.string()), ("value", pa.binary()), ("topic", pa.string()),
@@ -350,8 +350,9 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
             try:
                 return TxnId.parse(t)
             except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
-                log.warning("%s: message %s carries a malformed %s property %r; it is never "
-                            "delivered", part.segment, encode(pos), PROP_TXN, t)
+                log.warning("%s: message %s: its %s property %r is malformed or of another "
+                            "deployment; it is never delivered", part.segment, encode(pos),
+                            PROP_TXN, t)
                 return None
 
         def wait_for(txn: TxnId) -> None:
@@ -403,7 +404,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                              timeout_ms=opts.data_timeout_ms,
                              fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
             props = raw.properties()
-            t = props.get(PROP_TXN)
+            t = own_txn(props, store.deployment)
             pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
             if len(pending) >= chunk:
                 yield flush()

@@ -6,5 +6,6 @@
 -- ARGV[1] block size
 -- returns the last id of the block
 --#include epoch
-check_epoch(KEYS[1], KEYS[2], KEYS[3])
+local epoch_err = check_epoch(KEYS[1], KEYS[2], KEYS[3])
+if epoch_err then return epoch_err end
 return redis.call('INCRBY', KEYS[1], ARGV[1])

@@ -9,7 +9,8 @@
 -- ARGV[4] seq of an ABORTED txn the owner may be moved off ('' = none)
 -- returns {'OK', seq, deadline_ms, created_ms} | {'OWNED', existing_seq} | {'DUP'} | {'STALE'}
 --#include epoch
-check_epoch(KEYS[4], KEYS[6], KEYS[7])
+local epoch_err = check_epoch(KEYS[4], KEYS[6], KEYS[7])
+if epoch_err then return epoch_err end
 local seq, timeout, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 if owner ~= '' then
   local existing = redis.call('HGET', KEYS[3], owner)

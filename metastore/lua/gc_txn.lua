@@ -10,9 +10,14 @@
 -- KEYS[5] owner index  KEYS[6] live ids  KEYS[7] collected ids above the watermark
 -- KEYS[8] gc hash (w = watermark, run)  KEYS[9] gaps of unknown ids  KEYS[10] seq counter
 -- ARGV[1] seq  ARGV[2] cutoff ms (finalized at or before)
--- returns {'OK'} | {'GONE'} | {'OPEN'} | {'UNMATERIALIZED'} | {'YOUNG'} | {'ACKS_PENDING'}
+-- A txn whose id lies in a gap lived across a server change: its write records may be
+-- lost, so its aborted/losing writers may be unlisted. Its header is kept (KEPT, off the
+-- indexes): for it the header stays the truth, however late an entry is read.
+-- returns {'OK'} | {'KEPT'} | {'GONE'} | {'OPEN'} | {'UNMATERIALIZED'} | {'YOUNG'}
+--       | {'ACKS_PENDING'}
 --#include epoch
-check_epoch(KEYS[10], KEYS[8], KEYS[9])
+local epoch_err = check_epoch(KEYS[10], KEYS[8], KEYS[9])
+if epoch_err then return epoch_err end
 local h = redis.call('HMGET', KEYS[1], 'st', 'fin', 'ao', 'own', 'mat')
 if not h[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])
@@ -26,12 +31,19 @@ if h[1] == 'COMMITTED' and tonumber(h[3] or '0') > 0 then return {'ACKS_PENDING'
 if h[4] and h[4] ~= '' and redis.call('HGET', KEYS[5], h[4]) == ARGV[1] then
   redis.call('HDEL', KEYS[5], h[4])
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+local seq = tonumber(ARGV[1])
+local gap = redis.call('ZREVRANGEBYSCORE', KEYS[9], seq, '-inf', 'LIMIT', 0, 1)[1]
+local kept = gap and tonumber(string.sub(gap, string.find(gap, ':', 1, true) + 1)) >= seq
+if kept then
+  redis.call('HSET', KEYS[1], 'kept', 1)
+  redis.call('DEL', KEYS[2], KEYS[3])
+else
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
-local seq = tonumber(ARGV[1])
 local w = tonumber(redis.call('HGET', KEYS[8], 'w') or '0')
-if seq > w then redis.call('ZADD', KEYS[7], seq, ARGV[1]) end
+if seq > w and not kept then redis.call('ZADD', KEYS[7], seq, ARGV[1]) end
 -- every id below the oldest live one is collected, never created (and refused from now
 -- on) or in a gap; with none live, every id handed out so far
 local oldest = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
@@ -47,4 +59,5 @@ if nw > w then
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[7], from, nw)
 end
+if kept then return {'KEPT'} end
 return {'OK'}

@@ -3,9 +3,9 @@
 -- 'release' (aborted or void holder): the claims are deleted, the messages may be
 -- claimed again. 'commit' (the acks reached the cursor): each claim becomes a
 -- tombstone that conflicts with every later claim of the message (invariant 7: a
--- Shared subscription may still redeliver it); a cumulative claim raises '~tomb',
--- which subsumes the individual tombstones at or below it. Claims of other holders
--- and existing tombstones are untouched.
+-- Shared subscription may still redeliver it); a cumulative claim raises '~tomb'.
+-- Claims of other holders and existing tombstones are untouched: a tombstone is also
+-- its holder's trace until its ack record is marked applied (recovery reads it).
 -- KEYS[1] claim table   ARGV[1] holder txn id   ARGV[2] 'release' | 'commit'
 -- ARGV[3..] positions ('~cum' allowed; none = every claim of the holder)
 -- returns the number of claims settled
@@ -38,13 +38,6 @@ if new_tomb then
   local cur_pos = cur and string.sub(cur, string.find(cur, '|', 1, true) + 1) or ''
   if new_tomb > cur_pos then
     redis.call('HSET', KEYS[1], '~tomb', holder .. '|' .. new_tomb)
-    cur_pos = new_tomb
-  end
-  local all = redis.call('HGETALL', KEYS[1])
-  for j = 1, #all, 2 do
-    if string.sub(all[j + 1], 1, 1) == '=' and all[j] <= cur_pos then
-      redis.call('HDEL', KEYS[1], all[j])
-    end
   end
 end
 return n

@@ -104,8 +104,10 @@ def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, na
     observer.start()
     cluster = SparkCluster(tmp_path / "cluster").start()
     try:
+        # attempt 0 of partition 0 stays 12 s after writing: long enough for the speculative
+        # copy to start a Python worker on the other executor and write (5 s was not always)
         done = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck",
-                       fault="slow-partition0:0:5000", speculation=True, master=cluster.url)
+                       fault="slow-partition0:0:12000", speculation=True, master=cluster.url)
     finally:
         cluster.stop()
     assert done.returncode == 0, done.stderr[-3000:]

@@ -85,6 +85,30 @@ def test_source_subscription_advances_only_with_committed_batches(
         plain.close()
 
 
+def test_subscription_stops_exactly_at_the_last_committed_batch(
+        spark, client, broker, redis_server, namespace, topic_name, tmp_path):
+    """Batches 0 and 1 commit, batch 2 fails: the subscription must sit exactly past
+    batch 1's rows (not before: a restart would re-count them as backlog; not after: it
+    would acknowledge rows no committed batch consumed)."""
+    topic = topic_name("sub-exact")
+    p = client.create_producer(topic)
+    for i in range(30):
+        p.send(b"m%d" % i)
+    got, _, q = _batches(spark, broker, redis_server, namespace, tmp_path / "ck",
+                         fail=lambda b, v: b == 2, topic=topic, startingOffsets="earliest",
+                         subscription="exact", maxRecordsPerTrigger="7")
+    with pytest.raises(Exception, match="fault injection"):
+        q.awaitTermination(120)
+    assert sorted(got) == [0, 1] and sum(len(v) for v in got.values()) == 14
+    plain = pulsar.Client(broker.service_url, logger=quiet_logger())
+    try:
+        c = plain.subscribe(topic, "exact", consumer_type=pulsar.ConsumerType.Failover,
+                            initial_position=pulsar.InitialPosition.Earliest)
+        assert sorted(set(_drain(c))) == sorted(b"m%d" % i for i in range(14, 30))
+    finally:
+        plain.close()
+
+
 def test_source_max_bytes_per_trigger_is_respected(spark, client, broker, redis_server,
                                                    namespace, topic_name, tmp_path):
     topic = topic_name("bytes")

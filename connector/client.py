@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -23,11 +24,12 @@ from contextlib import contextmanager
 import _pulsar
 import pulsar
 
-from pulsar_txn.admin import check_admin_url
+from pulsar_txn.admin import admin_request, admin_topic_path, check_admin_url
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.dag import is_scalable
 from pulsar_txn.errors import (
+    AckConflict,
     ConfigError,
     InvalidTxnId,
     PulsarTxnError,
@@ -35,7 +37,7 @@ from pulsar_txn.errors import (
     TxnNotOpen,
 )
 from pulsar_txn.metastore import open_store
-from pulsar_txn.pending_ack import PendingAckStore
+from pulsar_txn.pending_ack import PendingAckStore, ack_position
 from pulsar_txn.records import (
     BEFORE_EARLIEST,
     PROP_DEPLOYMENT,
@@ -507,9 +509,16 @@ class Consumer(_GatedStream):
         self._native = self._c._consumer  # native messages: no wrapper object per message
         self.subscription = subscription
         self.acks = PendingAckStore(client.store, self.segment, subscription,
-                                    apply=self._apply_acks, redeliver=self._redeliver)
+                                    apply=self._apply_acks, redeliver=self._redeliver,
+                                    cursor=self._cursor if client.admin_url else None)
         client._register_ack_store(self.acks)
         self.recovered = self.acks.recover()
+        # Messages handed out since the last cumulative ack (types that may ack
+        # cumulatively), minus those this consumer acked one by one: a cumulative
+        # ack under a txn names them so a redelivered, already acked one conflicts.
+        self._track = dedupe
+        self._handed: list = []
+        self._own: set[Position] = set()
 
     def _pull(self, timeout_ms: int) -> None:
         try:
@@ -525,21 +534,44 @@ class Consumer(_GatedStream):
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
-        return self._wrap(self._next_raw(timeout_millis))
+        head = self._next_raw(timeout_millis)
+        if self._track:
+            self._handed.append(head[1])
+        return self._wrap(head)
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         if txn is None:
             self._native.acknowledge(message.message_id)
-            return
-        txn._add_ack_store(self.acks)
-        self.acks.acknowledge(txn.id, [message.position], cumulative=False)
+        else:
+            txn._add_ack_store(self.acks)
+            self.acks.acknowledge(txn.id, [message.position], cumulative=False)
+        if self._track:
+            self._own.add(message.position)
+            if len(self._own) > 4096 and len(self._own) * 2 > len(self._handed):
+                self._forget(lambda p: p in self._own)
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        upto = message.position
         if txn is None:
             self._native.acknowledge_cumulative(message.message_id)
-            return
-        txn._add_ack_store(self.acks)
-        self.acks.acknowledge(txn.id, [message.position], cumulative=True)
+        else:
+            txn._add_ack_store(self.acks)
+            given = [p for p in map(Position.of, self._handed)
+                     if p <= upto and p not in self._own]
+            try:
+                self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
+            except AckConflict as conflict:
+                if conflict.committed:  # a redelivery of an acked message: never again
+                    known = ack_position(conflict.position)
+                    self.acks.recovered_acks.add(known)
+                    self._forget(lambda p: p == known)
+                raise
+        if self._track:
+            self._forget(lambda p: p <= upto)
+
+    def _forget(self, done: Callable[[Position], bool]) -> None:
+        self._handed = [m for m in self._handed if not done(Position.of(m))]
+        self._own = {p for p in self._own if not done(p)}
 
     def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
         for p in positions:
@@ -548,6 +580,19 @@ class Consumer(_GatedStream):
                 self._c.acknowledge_cumulative(mid)
             else:
                 self._c.acknowledge(mid)
+
+    def _cursor(self) -> Position | None:
+        """The subscription's mark-delete position (admin internalStats), if known."""
+        stats = admin_request(self._client.admin_url, "GET",
+                              admin_topic_path(self.segment) + "/internalStats")
+        cursors = (stats or {}).get("cursors") or {}
+        cur = cursors.get(self.subscription) or cursors.get(
+            urllib.parse.quote(self.subscription, safe=""))
+        mark = (cur or {}).get("markDeletePosition")
+        if not mark or ":" not in mark:
+            return None
+        ledger, entry = (int(x) for x in mark.split(":"))
+        return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
 
     def _redeliver(self, positions: list[Position]) -> None:
         for p in positions:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from pulsar_txn.errors import AckConflict, PulsarTxnError
@@ -41,12 +42,17 @@ def ack_position(key: str) -> Position:
 # apply(positions, cumulative) acknowledges on the Pulsar subscription;
 # release(positions) makes the broker redeliver them (negative ack).
 ApplyFn = Callable[[list[Position], bool], None]
+# cursor() -> the subscription's mark-delete position on the broker (every message at
+# or below it is acked and never delivered again), or None if unknown.
+CursorFn = Callable[[], "Position | None"]
+
+TRIM_INTERVAL_S = 30.0
 
 
 class PendingAckStore:
     def __init__(self, store: MetadataStore, segment: str, subscription: str,
-                 apply: ApplyFn, redeliver: Callable[[list[Position]], None] | None = None
-                 ) -> None:
+                 apply: ApplyFn, redeliver: Callable[[list[Position]], None] | None = None,
+                 cursor: CursorFn | None = None) -> None:
         if "|" in subscription:
             raise ValueError(f"subscription {subscription!r} must not contain '|'")
         self.store = store
@@ -54,6 +60,9 @@ class PendingAckStore:
         self.subscription = subscription
         self._apply = apply
         self._redeliver = redeliver
+        self._cursor = cursor
+        self._trim_due = time.monotonic() + TRIM_INTERVAL_S
+        self._trimming = False
         self._lock = threading.Lock()
         self._pending: dict[TxnId, list[tuple[list[Position], bool]]] = {}
         # Positions acked by recovery: a consumer may already hold them prefetched.
@@ -62,9 +71,13 @@ class PendingAckStore:
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
-                    cumulative: bool = False) -> None:
+                    cumulative: bool = False, given: Sequence[Position] = ()) -> None:
+        """``given`` (cumulative only): the messages up to the ack that the consumer
+        handed out since its last cumulative ack, other than its own individual acks.
+        One of them already acked under a committed txn was delivered twice (a
+        Failover switch): acking it again would duplicate its output (invariant 7)."""
         keys = sorted(ack_key(p) for p in positions)
-        self._claim(txn_id, keys, cumulative)
+        self._claim(txn_id, keys, cumulative, [ack_key(p) for p in given])
         try:
             self.store.record_acks(txn_id, self.segment, self.subscription, keys, cumulative)
         except PulsarTxnError:
@@ -74,10 +87,12 @@ class PendingAckStore:
         with self._lock:
             self._pending.setdefault(txn_id, []).append((list(positions), cumulative))
 
-    def _claim(self, txn_id: TxnId, keys: list[str], cumulative: bool) -> None:
+    def _claim(self, txn_id: TxnId, keys: list[str], cumulative: bool,
+               given: list[str]) -> None:
         for _ in range(3):
             try:
-                self.store.claim_acks(txn_id, self.segment, self.subscription, keys, cumulative)
+                self.store.claim_acks(txn_id, self.segment, self.subscription, keys,
+                                      cumulative, given)
                 return
             except AckConflict as conflict:
                 if conflict.committed:  # a committed ack is final (invariant 7)
@@ -131,6 +146,7 @@ class PendingAckStore:
         # an unmarked record: ``recover`` finishes the mark.
         self._settle(txn_id, rec)
         self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
+        self._trim_if_due()
 
     def _settle(self, txn_id: TxnId, rec: dict) -> None:
         """Tombstone the recorded acks; release any claim the txn never recorded."""
@@ -139,6 +155,64 @@ class PendingAckStore:
             self.store.release_acks(txn_id, self.segment, self.subscription, acked,
                                     committed=True)
         self.store.release_acks(txn_id, self.segment, self.subscription)
+
+    # ---- Tombstone trimming ----
+    def trim(self) -> int:
+        """Drop tombstones of messages that can no longer be delivered: at or below the
+        committed cumulative ack ('~tomb' stays the conflict for them), or behind the
+        subscription's cursor on the broker. A holder whose ack record is not marked
+        applied keeps its tombstones (recovery finds it through them). Returns the
+        number dropped."""
+        claims = self.store.list_claims(self.segment, self.subscription)
+        horizon = claims.get(TOMB, "|").split("|", 1)[1]
+        cursor = self._cursor() if self._cursor else None
+        if cursor is not None:
+            horizon = max(horizon, ack_key(Position(cursor.ledger, cursor.entry, -1)))
+        below = [(k, v[1:]) for k, v in claims.items()
+                 if v.startswith("=") and not k.startswith("~") and k <= horizon]
+        if not below:
+            return 0
+        done = self._holders_done({TxnId.parse(h) for _, h in below})
+        return self.store.trim_tombstones(self.segment, self.subscription,
+                                          [(k, h) for k, h in below if h in done])
+
+    def _holders_done(self, holders: set[TxnId]) -> set[str]:
+        """Holders whose ack record here is marked applied (or collected, which GC
+        does only after every mark). A header missing for another reason is unknown:
+        its tombstones stay (fail closed)."""
+        headers = self.store.get_headers(list(holders))
+        done, gone = set(), []
+        for t, h in headers.items():
+            if h is None:
+                gone.append(t)
+            elif h.state is TxnState.COMMITTED and h.open_ack_records == 0:
+                done.add(str(t))
+            elif h.state is TxnState.COMMITTED:
+                rec = self.store.list_acks(t).get((self.segment, self.subscription))
+                if rec is None or rec.get("applied"):
+                    done.add(str(t))
+        if gone:
+            done.update(str(t) for t in self.store.collected(gone))
+        return done
+
+    def _trim_if_due(self) -> None:
+        """At most every TRIM_INTERVAL_S, off the caller's thread (it may be the watch's
+        or a commit's; the cursor lookup is a REST call)."""
+        now = time.monotonic()
+        if now < self._trim_due or self._trimming:
+            return
+        self._trim_due, self._trimming = now + TRIM_INTERVAL_S, True
+        threading.Thread(target=self._trim_quietly, daemon=True,
+                         name="pulsar-txn-trim").start()
+
+    def _trim_quietly(self) -> None:
+        try:
+            self.trim()
+        except Exception:  # noqa: BLE001 - trimming is housekeeping; retried when due
+            log.warning("%s|%s: trimming ack tombstones failed; retried later",
+                        self.segment, self.subscription, exc_info=True)
+        finally:
+            self._trimming = False
 
     def pending_txns(self) -> list[TxnId]:
         with self._lock:

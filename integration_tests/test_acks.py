@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pulsar_txn.client import read_all
 from pulsar_txn.errors import AckConflict, ReadTimeout
+from pulsar_txn.records import Position
 
 
 def _fill(client, t, n):
@@ -202,3 +205,168 @@ def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commi
     c2 = make_client().subscribe(t, "sub")  # recovery on restart
     assert client.store.get_header(first.id).open_ack_records == 0
     assert c2.recovered is not None
+
+
+def _consumer_switch(make_client, t, n):
+    """Consumer A gets ``n`` messages and acks some under a txn; the returned
+    ``switch()`` makes A lose the subscription before any of its acks reached the
+    cursor, and B take it over and get all ``n`` again (a Failover switch, or an
+    Exclusive consumer replaced after a crash). Returns (client, A, A's messages,
+    switch)."""
+    client = make_client()
+    _fill(client, t, n)
+    a = client.subscribe(t, "sub")
+    a_msgs = [a.receive(5000) for _ in range(n)]
+
+    current = [a]
+
+    def switch():
+        current[0]._c.close()
+        current[0] = make_client().subscribe(t, "sub")
+        return current[0]
+    return client, a, a_msgs, switch
+
+
+def _settle_elsewhere(client, consumer, txn, positions, cumulative=False):
+    """The holder's consumer applied its ack and turned its claim into a tombstone
+    (what ``commit`` does), but the broker switched consumers before the ack landed."""
+    from pulsar_txn.pending_ack import CUM, ack_key
+
+    client.coordinator.commit(txn.id)
+    keys = [CUM] if cumulative else [ack_key(p) for p in positions]
+    client.store.release_acks(txn.id, consumer.segment, "sub", keys, committed=True)
+
+
+def test_cumulative_ack_conflicts_with_a_redelivered_individually_acked_message(
+        make_client, topic_name):
+    """Invariant 7 across a Failover switch: A acked m1 under a committed txn; B got
+    m0..m2 again and acks cumulatively up to m2 under another txn. m1's output would
+    exist twice: the cumulative claim must conflict with m1's tombstone."""
+    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 3)
+    first = client.new_transaction()
+    a.acknowledge(a_msgs[1], txn=first)
+    b = switch()  # A loses the subscription: its messages go to B
+    b_msgs = [b.receive(5000) for _ in range(3)]
+    assert [m.value for m in b_msgs] == [b"m0", b"m1", b"m2"]
+    _settle_elsewhere(client, a, first, [a_msgs[1].position])
+    second = client.new_transaction()
+    with pytest.raises(AckConflict) as err:
+        b.acknowledge_cumulative(b_msgs[2], txn=second)
+    assert err.value.holder == str(first.id) and err.value.committed
+    second.abort()
+
+
+def test_cumulative_ack_conflicts_with_a_redelivered_cumulatively_acked_message(
+        make_client, topic_name):
+    """The same with A's cumulative ack: B got m0..m2 again, m0 and m1 were acked under
+    A's committed txn; B's cumulative ack up to m2 must conflict, though m2 is above
+    A's ack."""
+    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 3)
+    first = client.new_transaction()
+    a.acknowledge_cumulative(a_msgs[1], txn=first)
+    b = switch()
+    b_msgs = [b.receive(5000) for _ in range(3)]
+    _settle_elsewhere(client, a, first, [], cumulative=True)
+    second = client.new_transaction()
+    with pytest.raises(AckConflict) as err:
+        b.acknowledge_cumulative(b_msgs[2], txn=second)
+    assert err.value.holder == str(first.id) and err.value.committed
+    second.abort()
+
+
+def test_cumulative_ack_passes_tombstones_of_messages_it_was_not_given(
+        make_client, topic_name):
+    """No false conflicts: a cumulative ack over messages another consumer acked, and
+    this one never received, is the normal case of Pulsar's cumulative acks; so is a
+    cumulative ack over this consumer's own committed individual ack."""
+    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 4)
+    with client.transaction() as first:
+        a.acknowledge(a_msgs[1], txn=first)
+    with client.transaction() as second:
+        a.acknowledge_cumulative(a_msgs[0], txn=second)
+    b = switch()
+    b_msgs = list(read_all(b, 1500))
+    assert [m.value for m in b_msgs] == [b"m2", b"m3"]
+    with client.transaction() as third:
+        b.acknowledge(b_msgs[0], txn=third)
+    with client.transaction() as fourth:
+        b.acknowledge_cumulative(b_msgs[1], txn=fourth)
+    assert list(read_all(switch(), 1500)) == []
+
+
+def _tombstones(client, consumer):
+    claims = client.store.list_claims(consumer.segment, "sub")
+    return sorted(k for k, v in claims.items() if v.startswith("="))
+
+
+def test_tombstones_below_a_committed_cumulative_ack_are_trimmed(make_client, topic_name):
+    """Tombstones do not grow without bound: once a committed cumulative ack covers a
+    message (and its holder's ack record is marked), '~tomb' alone is the conflict."""
+    t = topic_name()
+    client = make_client()
+    _fill(client, t, 4)
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(4)]
+    for m in msgs[:3]:
+        with client.transaction() as txn:
+            c.acknowledge(m, txn=txn)
+    assert len(_tombstones(client, c)) == 3
+    with client.transaction() as txn:
+        c.acknowledge_cumulative(msgs[3], txn=txn)
+    c.acks.trim()
+    assert _tombstones(client, c) == []
+    with pytest.raises(AckConflict):  # the conflict holds through '~tomb'
+        with client.transaction() as later:
+            c.acknowledge(msgs[1], txn=later)
+
+
+def test_tombstones_of_unmarked_holders_survive_trimming(make_client, topic_name):
+    """A tombstone is its holder's trace until its ack record is marked applied:
+    trimming must keep it (else recovery cannot find the holder, and its header is
+    never collected)."""
+    from pulsar_txn.pending_ack import ack_key
+
+    t = topic_name()
+    client = make_client()
+    _fill(client, t, 3)
+    crashed = make_client(sweeper=False)
+    crashed._watch.close()
+    c = crashed.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(3)]
+    first = crashed.new_transaction()
+    c.acknowledge(msgs[0], txn=first)
+    client.coordinator.commit(first.id)
+    client.store.release_acks(first.id, c.segment, "sub", [ack_key(msgs[0].position)],
+                              committed=True)  # crashed before the mark
+    with crashed.transaction() as later:
+        c.acknowledge_cumulative(msgs[2], txn=later)
+    c.acks.trim()
+    assert _tombstones(client, c) == [ack_key(msgs[0].position)]
+
+
+def test_tombstones_behind_the_subscription_cursor_are_trimmed(
+        make_client, broker, topic_name):
+    """Shared subscriptions ack one by one: once the broker's cursor (mark-delete
+    position, admin API) is past a message, it is never delivered again and its
+    tombstone goes."""
+    import pulsar
+
+    if not getattr(broker, "admin_url", None):
+        pytest.skip(f"the {broker.kind} broker has no admin API (documented: "
+                    "tombstones trimmed by cumulative acks only)")
+    t = topic_name()
+    client = make_client(admin_url=broker.admin_url)
+    _fill(client, t, 3)
+    c = client.subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    msgs = [c.receive(5000) for _ in range(3)]
+    with client.transaction() as txn:
+        for m in msgs[:2]:
+            c.acknowledge(m, txn=txn)
+    assert len(_tombstones(client, c)) == 2
+    last = msgs[1].position
+    deadline = time.monotonic() + 10  # the client groups acks: the cursor moves soon
+    while (c._cursor() or Position(-1, -1)) < Position(last.ledger, last.entry):
+        assert time.monotonic() < deadline, "the broker's cursor never moved"
+        time.sleep(0.05)
+    c.acks.trim()
+    assert _tombstones(client, c) == []

@@ -174,7 +174,7 @@ class RedisMetadataStore:
         self._s = {name: _Script(self.r.register_script(_load_lua(name))) for name in (
             "create_txn", "register_write", "record_write", "end_txn", "materialize_txn",
             "gc_txn", "bind_sink", "alloc_ids",
-            "claim_acks", "release_acks", "record_acks", "mark_acks_applied",
+            "claim_acks", "release_acks", "record_acks", "mark_acks_applied", "trim_acks",
             "withdraw_write", "create_topic", "change_layout", "seal_end")}
 
     def _check_persistence(self) -> None:
@@ -514,10 +514,12 @@ class RedisMetadataStore:
     # ---- acks ----
     @_translate
     def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                   positions: Sequence[str], cumulative: bool) -> None:
+                   positions: Sequence[str], cumulative: bool,
+                   given: Sequence[str] = ()) -> None:
         res = self._s["claim_acks"](
             keys=[self.keys.ack_claims(segment, subscription)],
-            args=[str(txn_id), "cum" if cumulative else "ind", *positions])
+            args=[str(txn_id), "cum" if cumulative else "ind", *positions,
+                  *(given if cumulative else ())])
         if res[0] == "CONFLICT":
             raise AckConflict(res[1], res[2], committed=res[3] == "COMMITTED")
 
@@ -554,6 +556,15 @@ class RedisMetadataStore:
     @_translate
     def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
         return self.r.hgetall(self.keys.ack_claims(segment, subscription))
+
+    @_translate
+    def trim_tombstones(self, segment: str, subscription: str,
+                        tombstones: Sequence[tuple[str, str]]) -> int:
+        """Drop the (position, holder) tombstones still held by that holder."""
+        if not tombstones:
+            return 0
+        return int(self._s["trim_acks"](keys=[self.keys.ack_claims(segment, subscription)],
+                                        args=[f"{p}|{h}" for p, h in tombstones]))
 
     @_translate
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:

@@ -3,10 +3,15 @@
 -- Individual claims conflict with another txn's claim on the same message, a
 -- cumulative claim covering it, or a committed ack of it (a tombstone: '=<txn>' on
 -- the message, or '~tomb', the highest committed cumulative ack). A cumulative claim
--- conflicts with another txn's live claim at or below it, and with '~tomb' at or
--- above it. All-or-nothing: conflicts are found before any write.
+-- conflicts with another txn's live claim at or below it, with '~tomb' at or above
+-- it, and with a committed ack of any message it names as given to its consumer
+-- again (after a Failover switch the broker may hand an acked message to the next
+-- consumer; a cumulative ack past messages it was never given is Pulsar's normal
+-- case and must pass). All-or-nothing: conflicts are found before any write.
 -- KEYS[1] claim table of (segment, subscription)
--- ARGV[1] txn id   ARGV[2] 'ind' | 'cum'   ARGV[3..] ack positions (lexicographic order)
+-- ARGV[1] txn id   ARGV[2] 'ind' | 'cum'
+-- 'ind': ARGV[3..] ack positions (lexicographic order)
+-- 'cum': ARGV[3] ack position, ARGV[4..] positions its consumer was given up to it
 -- returns {'OK'} | {'CONFLICT', position, holder, 'OPEN' | 'COMMITTED'}
 local txn, mode = ARGV[1], ARGV[2]
 local function txn_and_pos(field)  -- '~cum' and '~tomb' hold 'txn|position'
@@ -41,6 +46,14 @@ end
 local pos = ARGV[3]
 if tomb_pos and pos <= tomb_pos then return {'CONFLICT', pos, tomb_txn, 'COMMITTED'} end
 if cum_txn and cum_txn ~= txn then return {'CONFLICT', pos, cum_txn, 'OPEN'} end
+for i = 4, #ARGV do
+  local given = ARGV[i]
+  if tomb_pos and given <= tomb_pos then return {'CONFLICT', given, tomb_txn, 'COMMITTED'} end
+  local held = redis.call('HGET', KEYS[1], given)
+  if held and string.sub(held, 1, 1) == '=' then
+    return {'CONFLICT', given, string.sub(held, 2), 'COMMITTED'}
+  end
+end
 local all = redis.call('HGETALL', KEYS[1])
 for j = 1, #all, 2 do
   local f, v = all[j], all[j + 1]

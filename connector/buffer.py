@@ -88,8 +88,24 @@ class TransactionBuffer:
     def gate(self, segment: str, received_upto: Position,
              previous: Position = BEFORE_EARLIEST,
              seen_first: Callable[[TxnId, str], Position | None] | None = None) -> Position:
-        return max_read_position(received_upto, self.store.open_writes(segment), previous,
-                                 seen_first)
+        return max_read_position(received_upto, self.holding(self.store.open_writes(segment)),
+                                 previous, seen_first)
+
+    def holding(self, writes: Sequence[OpenWrite]) -> list[OpenWrite]:
+        """The registrations that still hold a gate: those of txns not known to have
+        ended. An ended txn's entries are final (a writer it did not name a winner is
+        skipped wherever it appends), so its index entries, which its committer's
+        cleanup removes later, need not hold readers back until then."""
+        if not writes:
+            return []
+        unknown = list({w.txn_id for w in writes if w.txn_id not in self._final})
+        if unknown:
+            self._load(unknown)
+        return [w for w in writes if not self._ended(w.txn_id)]
+
+    def _ended(self, t: TxnId) -> bool:
+        o = self._final.get(t)
+        return o is not None and o is not _UNKNOWN and o.state is not None
 
     # ---- Classification ----
     def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[str]:

@@ -98,3 +98,36 @@ def test_owner_retry_after_an_unswept_timeout_gets_a_fresh_txn(make_client, topi
     retry.commit()
     assert values(client.create_reader(t)) == [b"retry"]
     assert client.store.open_txns() == []
+
+
+def test_ended_txn_whose_cleanup_never_ran_holds_no_reader(
+        make_client, broker, redis_server, namespace, topic_name):
+    """The decision, not its cleanup, releases the gate: a committer that dies right
+    after the CAS leaves its index entries behind, and until some sweep removes them
+    no reader or Spark plan may stall behind a txn that has ended."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pulsar_txn.spark.source import StreamSource
+
+    t = topic_name()
+    committer = make_client(sweeper=False)
+    p = committer.create_producer(t)
+    txn = committer.new_transaction()
+    p.send(b"committed", txn=txn)
+    p.send(b"plain")
+    committer._watch.close()  # it dies right after the CAS: its cleanup never runs
+    committer.coordinator.close()
+    committer.coordinator.commit(txn.id)
+    assert committer.store.open_writes(p.segment), "the cleanup ran after all"
+    reader = make_client(sweeper=False).create_reader(t)
+    assert values(reader) == [b"committed", b"plain"]
+    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
+                        "metastore.namespace": namespace, "topic": t,
+                        "startingOffsets": "earliest"})
+    try:
+        src.planner.coordinator.sweep_if_due = lambda *a, **k: None  # no sweep to help
+        start = src.initial_offset()
+        end = src.latest_offset(start, ReadAllAvailable())
+        assert end != start and src.planner.gate_and_lac(p.segment, (-1, -1, -1))[2] == 0
+    finally:
+        src.stop()

@@ -91,7 +91,7 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
         import pulsar
 
-        from pulsar_txn.buffer import max_read_position
+        from pulsar_txn.buffer import TransactionBuffer, max_read_position
         from pulsar_txn.client import quiet_logger
         from pulsar_txn.coordinator import TransactionCoordinator
         from pulsar_txn.metastore import open_store
@@ -106,6 +106,7 @@ class Planner:
         self._consumers: dict[str, bool] = {}  # segments whose subscription exists
         self._acked: dict[str, Pos] = {}
         self.coordinator = TransactionCoordinator(self.store, materialize_inline=True)
+        self.buffer = TransactionBuffer(self.store)  # ended txns' writes hold no gate
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
         from pulsar_txn.topics import last_entry
@@ -125,7 +126,7 @@ class Planner:
         if lac is None:
             return start, None, 0
         previous = Position(start[0], start[1]) if start != BEFORE else Position(-1, -1)
-        open_writes = self.store.open_writes(segment)
+        open_writes = self.buffer.holding(self.store.open_writes(segment))
         g = self._max_read_position(Position(*lac), open_writes, previous)
         holding = len({w.txn_id for w in open_writes
                        if w.first is None or (w.first.ledger, w.first.entry) <= lac})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from helpers import CommandCounter, values
 
 from pulsar_txn.state import TxnState
@@ -98,6 +99,27 @@ def test_owner_retry_after_an_unswept_timeout_gets_a_fresh_txn(make_client, topi
     retry.commit()
     assert values(client.create_reader(t)) == [b"retry"]
     assert client.store.open_txns() == []
+
+
+@pytest.mark.parametrize("skew_s", [-10.0, 10.0])
+def test_expiry_follows_the_server_clock_whatever_the_local_clock(make_client, skew_s,
+                                                                  monkeypatch):
+    """A local clock off by 10 s either way changes nothing: a retry finds the expired
+    txn expired (behind: a local-clock shortcut would call it fresh and hand back a
+    dead txn) and a live txn live (ahead: it would be aborted under its owner)."""
+    client = make_client(sweeper=False)
+    expired = client.coordinator.new_transaction(300, owner="sink-x:1")
+    live = client.coordinator.new_transaction(60_000, owner="sink-x:2")
+    while client.store.server_time_ms() <= expired.deadline_ms:  # the server's clock
+        time.sleep(0.05)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew_s)
+    retry = client.coordinator.new_transaction(60_000, owner="sink-x:1")
+    same = client.coordinator.new_transaction(60_000, owner="sink-x:2")
+    monkeypatch.undo()
+    assert retry.txn_id != expired.txn_id and retry.state is TxnState.OPEN
+    assert client.coordinator.get(expired.txn_id).state is TxnState.ABORTED
+    assert same.txn_id == live.txn_id and same.state is TxnState.OPEN
 
 
 def test_ended_txn_whose_cleanup_never_ran_holds_no_reader(

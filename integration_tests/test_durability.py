@@ -232,3 +232,37 @@ def test_txn_live_across_a_rollback_keeps_its_header_and_its_lost_writes_stay_hi
         for c in clients:
             c.close()
         server.stop()
+
+
+def test_waitaof_mode_waits_for_the_fsync_of_every_decision(broker, tmp_path):
+    """durability=waitaof on an `appendfsync everysec` server: each end waits for
+    WAITAOF on its own connection; a decision whose fsync is not confirmed raises a
+    retriable error, and ending again tells the outcome."""
+    import pytest
+    import redis
+
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.errors import PulsarTxnError
+
+    server = RedisServer(tmp_path / "redis", appendfsync="everysec").start()
+    r = redis.Redis.from_url(server.url)
+
+    def waits() -> int:
+        return int(r.info("commandstats").get("cmdstat_waitaof", {}).get("calls", 0))
+    c = PulsarTxnClient(broker.service_url, f"{server.url}?durability=waitaof",
+                        namespace="aof", sweeper=False)
+    try:
+        txn = c.new_transaction()
+        before = waits()
+        assert c.coordinator.commit(txn.id).state is TxnState.COMMITTED
+        assert waits() == before + 1
+        unconfirmed = c.new_transaction()
+        r.config_set("appendonly", "no")  # no fsync can be confirmed now
+        with pytest.raises(PulsarTxnError):
+            c.coordinator.commit(unconfirmed.id)
+        r.config_set("appendonly", "yes")
+        assert c.coordinator.commit(unconfirmed.id).state is TxnState.COMMITTED
+        assert waits() >= before + 3
+    finally:
+        c.close()
+        server.stop()

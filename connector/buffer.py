@@ -88,20 +88,28 @@ class TransactionBuffer:
     def gate(self, segment: str, received_upto: Position,
              previous: Position = BEFORE_EARLIEST,
              seen_first: Callable[[TxnId, str], Position | None] | None = None) -> Position:
-        return max_read_position(received_upto, self.holding(self.store.open_writes(segment)),
-                                 previous, seen_first)
+        return max_read_position(received_upto, self.live_writes(segment), previous,
+                                 seen_first)
 
-    def holding(self, writes: Sequence[OpenWrite]) -> list[OpenWrite]:
-        """The registrations that still hold a gate: those of txns not known to have
-        ended. An ended txn's entries are final (a writer it did not name a winner is
-        skipped wherever it appends), so its index entries, which its committer's
-        cleanup removes later, need not hold readers back until then."""
-        if not writes:
-            return []
-        unknown = list({w.txn_id for w in writes if w.txn_id not in self._final})
-        if unknown:
-            self._load(unknown)
-        return [w for w in writes if not self._ended(w.txn_id)]
+    def live_writes(self, segment: str) -> list[OpenWrite]:
+        """The open-write index of a segment without the txns known to have ended. An
+        ended txn's entries are final (a writer it did not name a winner is skipped
+        wherever it appends), so its index entries, which its committer's cleanup
+        removes later, need not hold readers back until then. The index is read
+        again past them: the next write of the same id partition may be OPEN."""
+        skip: set[TxnId] = set()
+        writes = self.store.open_writes(segment)
+        for _ in range(8):
+            unknown = list({w.txn_id for w in writes if w.txn_id not in self._final})
+            if unknown:
+                self._load(unknown)
+            ended = {w.txn_id for w in writes if self._ended(w.txn_id)}
+            if not ended:
+                return writes
+            skip |= ended
+            writes = self.store.open_writes(segment, skip)
+        # many ended txns await their cleanup: hold at all of them (safe, only slower)
+        return self.store.open_writes(segment)
 
     def _ended(self, t: TxnId) -> bool:
         o = self._final.get(t)

@@ -8,6 +8,7 @@ import time
 import pytest
 from helpers import CommandCounter, values
 
+from pulsar_txn.records import Position
 from pulsar_txn.state import TxnState
 
 
@@ -153,3 +154,30 @@ def test_ended_txn_whose_cleanup_never_ran_holds_no_reader(
         assert end != start and src.planner.gate_and_lac(p.segment, (-1, -1, -1))[2] == 0
     finally:
         src.stop()
+
+
+def test_an_open_write_behind_an_ended_one_in_the_same_partition_still_holds_the_gate(
+        make_client, topic_name):
+    """The index keeps open writes per id partition, lowest first. When the lowest
+    belongs to an ended txn awaiting cleanup, the next one of that partition (an OPEN
+    txn's) must still hold the gate, not be skipped with it."""
+    t = topic_name()
+    committer = make_client(sweeper=False)
+    p = committer.create_producer(t)
+    ended = committer.new_transaction()
+    held = committer.new_transaction()
+    while held.id.partition != ended.id.partition:
+        held = committer.new_transaction()
+    p.send(b"ended", txn=ended)
+    committer.create_producer(t).send(b"ended", txn=ended)  # a member per writer
+    p.send(b"held", txn=held)
+    p.send(b"plain")
+    committer._watch.close()  # its cleanup never runs
+    committer.coordinator.close()
+    committer.coordinator.commit(ended.id)
+    reader_client = make_client(sweeper=False)
+    raw = reader_client.pulsar.create_reader(p.segment, __import__("pulsar").MessageId.earliest)
+    ids = [Position.of(raw.read_next(5000).message_id()) for _ in range(4)]
+    raw.close()
+    gate = reader_client.buffer.gate(p.segment, Position(ids[3].ledger, ids[3].entry))
+    assert gate == Position(ids[1].ledger, ids[1].entry), (gate, ids)

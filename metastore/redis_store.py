@@ -470,21 +470,33 @@ class RedisMetadataStore:
         return out, int(wv or 0)
 
     @_translate
-    def open_writes(self, segment: str) -> list[OpenWrite]:
-        """Per partition: every pending registration and the lowest recorded first position.
+    def open_writes(self, segment: str, skip: Iterable[TxnId] = ()) -> list[OpenWrite]:
+        """Per partition: every pending registration and the lowest recorded first
+        position, leaving out the txns in ``skip`` (ended ones whose cleanup has not
+        run: the next write of their partition must show instead).
 
         One command per partition in the common case: '!' (pending) sorts before
         every hex position, so the first member says whether a second look is needed.
+        A partition holding a skipped txn is read whole (a txn has a member per
+        writer; such leftovers are rare and short-lived).
         """
         k = self.keys
+        skipped: dict[int, set[str]] = {}
+        for t in skip:
+            skipped.setdefault(t.partition, set()).add(str(t.seq))
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
-            pipe.zrange(k.open_writes(p, segment), 0, 0)
+            pipe.zrange(k.open_writes(p, segment), 0, -1 if p in skipped else 0)
         firsts = pipe.execute()
         members: list[tuple[int, str]] = []
-        pending = [p for p, m in enumerate(firsts) if m and m[0].startswith("!")]
+        for p, gone in skipped.items():
+            kept = [m for m in firsts[p] if m.split("|", 2)[1] not in gone]
+            pend = [m for m in kept if m.startswith("!")]
+            members += [(p, m) for m in pend[:64] + [m for m in kept if m[0] != "!"][:1]]
+        pending = [p for p, m in enumerate(firsts)
+                   if p not in skipped and m and m[0].startswith("!")]
         for p, m in enumerate(firsts):
-            if m and p not in pending:
+            if m and p not in pending and p not in skipped:
                 members.append((p, m[0]))
         if pending:
             pipe = self.r.pipeline(transaction=False)

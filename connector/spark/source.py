@@ -126,7 +126,7 @@ class Planner:
         if lac is None:
             return start, None, 0
         previous = Position(start[0], start[1]) if start != BEFORE else Position(-1, -1)
-        open_writes = self.buffer.holding(self.store.open_writes(segment))
+        open_writes = self.buffer.live_writes(segment)
         g = self._max_read_position(Position(*lac), open_writes, previous)
         holding = len({w.txn_id for w in open_writes
                        if w.first is None or (w.first.ledger, w.first.entry) <= lac})

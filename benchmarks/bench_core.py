@@ -118,22 +118,12 @@ def bench_gate(url, big):
         seg = "persistent://public/default/gate"
         coord = TransactionCoordinator(store)
         ids = [store.next_txn_id() for _ in range(n)]
-        pipe_chunk = 2000
-        for c in range(0, n, pipe_chunk):
-            pipe = store.r.pipeline(transaction=False)
-            for j, t in enumerate(ids[c:c + pipe_chunk]):
-                k, p, s = store.keys, t.partition, t.seq
-                store._s["create_txn"](keys=[k.header(p, s), k.deadlines(p), k.owners(p),
-                                             k.seq(p)], args=[s, 3_600_000, "", ""],
-                                       client=pipe)
-                store._s["register_write"](keys=[k.header(p, s), k.writes(p, s),
-                                                 k.open_writes(p, seg)], args=[s, seg, "w"],
-                                           client=pipe)
-                store._s["record_write"](keys=[k.header(p, s), k.writes(p, s),
-                                               k.open_writes(p, seg), k.events(p)],
-                                         args=[s, seg, "w", Position(5, 100 + c + j).encode(),
-                                               "", 1000], client=pipe)
-            pipe.execute()
+        # the store's public calls (a benchmark must not reach into private scripts:
+        # their keys change with the protocol, and this step once crashed on that)
+        for j, t in enumerate(ids):
+            store.create_txn(t, 3_600_000)
+            store.register_write(t, seg, "w")
+            store.record_write(t, seg, "w", Position(5, 100 + j), None)
         buf = TransactionBuffer(store)
         recv = Position(9, 0)
         buf.gate(seg, recv)
@@ -212,7 +202,7 @@ def bench_cold_start(url, history):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke)")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="smaller sizes (CI smoke)")
     ap.add_argument("--json", help="also write results to this file")
     ap.add_argument("--only", help="comma list: fanout,visible,gate,reader,cold")
     args = ap.parse_args()

@@ -109,7 +109,7 @@ def _keys_for(lay) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke)")
+    ap.add_argument("--quick", "--smoke", action="store_true", help="fewer repetitions (smoke)")
     ap.add_argument("--json", help="also write results to this file")
     args = ap.parse_args()
     results = {"machine": machine()}

@@ -68,7 +68,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: CI checks it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.rows, args.files = 4000, 2
     inputs = Path(tempfile.mkdtemp(prefix="sink-in-"))
     per = args.rows // args.files
     for f in range(args.files):

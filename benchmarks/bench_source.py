@@ -42,7 +42,10 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: CI checks it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.messages, args.samples = 4000, 2
     spark = local_spark()
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python "
                       f"{platform.python_version()}"}

@@ -1,0 +1,43 @@
+"""Run every benchmark in its smoke mode (tiny sizes, seconds each) so none can rot.
+
+    python benchmarks/smoke.py            (PULSAR_TXN_BROKER picks the broker; lite default)
+
+Fails on an exception or a non-zero exit, never on a figure: benchmarks assert
+nothing. `.ci/run` calls it after the test suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ["bench_core.py", "bench_scalable.py", "bench_source.py", "bench_sink.py"]
+
+
+def main() -> int:
+    env = {**os.environ, "PULSAR_TXN_BROKER": os.environ.get("PULSAR_TXN_BROKER", "lite")}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    failed = []
+    for name in BENCHMARKS:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, str(HERE / name), "--smoke"], env=env,
+                              cwd=HERE, capture_output=True, text=True, timeout=900)
+        took = time.monotonic() - t0
+        status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+        print(f"{name}: {status} in {took:.0f} s", flush=True)
+        if proc.returncode != 0:
+            failed.append(name)
+            print(proc.stdout[-3000:], proc.stderr[-6000:], sep="\n", flush=True)
+    if failed:
+        print(f"benchmark smoke failed: {', '.join(failed)}")
+        return 1
+    print(f"benchmark smoke: all {len(BENCHMARKS)} ran")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

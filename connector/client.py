@@ -288,6 +288,7 @@ class _GatedStream:
         self._received = None  # highest native id held (entries at or below it are known)
         self._dedupe = dedupe
         self._last = None
+        self._rewind = None  # a redelivery we asked for: copies from here on pass dedupe
         self._is_reader = isinstance(self, Reader)
         self._verdicts: dict[tuple[str, str], str] = {}
         self._ids: dict[str, TxnId] = {}
@@ -313,6 +314,9 @@ class _GatedStream:
         """Append received messages to the buffer (one tight loop per drained batch)."""
         append = self._buf.append
         last, received = self._last, self._received
+        rewind, self._rewind = self._rewind, None
+        if rewind is not None and last is not None and rewind < last:
+            last = rewind
         dep = self._client.store.deployment
         if self._is_reader:  # in order: the last id held is the highest
             for raw in raws:
@@ -513,12 +517,12 @@ class Consumer(_GatedStream):
                                     cursor=self._cursor if client.admin_url else None)
         client._register_ack_store(self.acks)
         self.recovered = self.acks.recover()
-        # Messages handed out since the last cumulative ack (types that may ack
-        # cumulatively), minus those this consumer acked one by one: a cumulative
-        # ack under a txn names them so a redelivered, already acked one conflicts.
+        # Messages handed out and not acked since (types that may ack cumulatively):
+        # a cumulative ack under a txn names those up to it, so one that was acked
+        # under another, committed txn and handed out again conflicts. Insertion
+        # ordered; an individual ack removes its message, a new copy adds it again.
         self._track = dedupe
-        self._handed: list = []
-        self._own: set[Position] = set()
+        self._handed: dict[Position, None] = {}
 
     def _pull(self, timeout_ms: int) -> None:
         try:
@@ -536,7 +540,7 @@ class Consumer(_GatedStream):
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
         head = self._next_raw(timeout_millis)
         if self._track:
-            self._handed.append(head[1])
+            self._handed[Position.of(head[1])] = None
         return self._wrap(head)
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
@@ -546,9 +550,7 @@ class Consumer(_GatedStream):
             txn._add_ack_store(self.acks)
             self.acks.acknowledge(txn.id, [message.position], cumulative=False)
         if self._track:
-            self._own.add(message.position)
-            if len(self._own) > 4096 and len(self._own) * 2 > len(self._handed):
-                self._forget(lambda p: p in self._own)
+            self._handed.pop(message.position, None)
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         upto = message.position
@@ -556,22 +558,17 @@ class Consumer(_GatedStream):
             self._native.acknowledge_cumulative(message.message_id)
         else:
             txn._add_ack_store(self.acks)
-            given = [p for p in map(Position.of, self._handed)
-                     if p <= upto and p not in self._own]
+            given = [p for p in self._handed if p <= upto]
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
                 if conflict.committed:  # a redelivery of an acked message: never again
                     known = ack_position(conflict.position)
                     self.acks.recovered_acks.add(known)
-                    self._forget(lambda p: p == known)
+                    self._handed.pop(known, None)
                 raise
-        if self._track:
-            self._forget(lambda p: p <= upto)
-
-    def _forget(self, done: Callable[[Position], bool]) -> None:
-        self._handed = [m for m in self._handed if not done(Position.of(m))]
-        self._own = {p for p in self._own if not done(p)}
+        if self._track and self._handed:
+            self._handed = {p: None for p in self._handed if p > upto}
 
     def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
         for p in positions:
@@ -595,6 +592,14 @@ class Consumer(_GatedStream):
         return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
 
     def _redeliver(self, positions: list[Position]) -> None:
+        """The acks of an aborted txn: the broker delivers those messages again. On an
+        Exclusive or Failover subscription it rewinds to the oldest unacked message,
+        so the copies must pass this consumer's duplicate filter."""
+        if not positions:
+            return
+        if self._dedupe:
+            low = min(positions)
+            self._rewind = pulsar.MessageId(-1, low.ledger, low.entry - 1, -1)._msg_id
         for p in positions:
             # the wrapper's negative_acknowledge takes only the native id
             self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id)

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 CUM = "~cum"
 TOMB = "~tomb"  # the highest committed cumulative ack: "txn|position"
+TRIMMED = "~trimmed"  # tombstones at or below it were dropped; claims there conflict
 
 
 def ack_key(p: Position) -> str:
@@ -173,8 +174,13 @@ class PendingAckStore:
         if not below:
             return 0
         done = self._holders_done({TxnId.parse(h) for _, h in below})
+        gone = [(k, h) for k, h in below if h in done]
+        if not gone:
+            return 0
+        # the horizon stays a conflict: the broker may have handed out a copy of a
+        # message before its cursor passed it (another consumer's prefetch)
         return self.store.trim_tombstones(self.segment, self.subscription,
-                                          [(k, h) for k, h in below if h in done])
+                                          max(k for k, _ in gone), gone)
 
     def _holders_done(self, holders: set[TxnId]) -> set[str]:
         """Holders whose ack record here is marked applied (or collected, which GC
@@ -225,6 +231,8 @@ class PendingAckStore:
         claims = self.store.list_claims(self.segment, self.subscription)
         holders, settled = set(), set()
         for k, v in claims.items():
+            if k == TRIMMED:
+                continue
             if k == TOMB:
                 settled.add(v.split("|", 1)[0])
             elif k == CUM:

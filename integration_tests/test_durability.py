@@ -261,8 +261,12 @@ def test_waitaof_mode_waits_for_the_fsync_of_every_decision(broker, tmp_path):
         with pytest.raises(PulsarTxnError):
             c.coordinator.commit(unconfirmed.id)
         r.config_set("appendonly", "yes")
+        incrs = int(r.info("commandstats").get("cmdstat_incrby", {}).get("calls", 0))
         assert c.coordinator.commit(unconfirmed.id).state is TxnState.COMMITTED
         assert waits() >= before + 3
+        # the repeated end wrote nothing itself: its WAITAOF follows a write of its own,
+        # which the AOF orders after the earlier decision
+        assert int(r.info("commandstats")["cmdstat_incrby"]["calls"]) == incrs + 1
     finally:
         c.close()
         server.stop()

@@ -44,8 +44,9 @@ def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
 
 def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_name,
                             timeout_ms=60_000):
-    """A planned range that holds an OPEN txn's entry: reachable only after the store
-    lost the planner's view (a rollback), so it is built by hand here."""
+    """A planned range that holds an OPEN txn's entry: reachable when the plan could
+    not see the txn's write (a store rollback; a registration the index read did not
+    return), so it is built by hand here."""
     import pulsar
 
     from pulsar_txn.records import BEFORE_EARLIEST

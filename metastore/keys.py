@@ -92,6 +92,11 @@ class Keys:
     def events(self, p: int) -> str:
         return f"{self.tag(p)}:ev"
 
+    def fsync_mark(self, p: int) -> str:
+        """A counter a repeated end (waitaof) writes so WAITAOF covers the earlier
+        decision too: the AOF is written and fsynced in order."""
+        return f"{self.tag(p)}:fs"
+
     def owners(self, p: int) -> str:
         """Hash owner → txn seq, so a Spark sink finds the txn of (sink id, batchId)."""
         return f"{self.tag(p)}:own"

@@ -312,6 +312,11 @@ class RedisMetadataStore:
             self._s["end_txn"](keys=keys, args=args, client=pipe)
             pipe.execute_command("WAITAOF", 1, 0, 10_000)
             res, (local, _replicas) = pipe.execute()
+            if res[0] == "ALREADY":  # wrote nothing: WAITAOF must follow a write of ours
+                pipe = self.r.pipeline(transaction=False)
+                pipe.incr(k.fsync_mark(p))
+                pipe.execute_command("WAITAOF", 1, 0, 10_000)
+                _, (local, _replicas) = pipe.execute()
             if res[0] in ("OK", "ALREADY") and int(local) < 1:
                 raise MetastoreUnavailable("the decision was not fsynced within 10 s "
                                            "(WAITAOF); ending the transaction again tells "
@@ -477,8 +482,8 @@ class RedisMetadataStore:
 
         One command per partition in the common case: '!' (pending) sorts before
         every hex position, so the first member says whether a second look is needed.
-        A partition holding a skipped txn is read whole (a txn has a member per
-        writer; such leftovers are rare and short-lived).
+        A partition holding a skipped txn is read a page at a time up to its first
+        member of another txn (a txn has a member per writer).
         """
         k = self.keys
         skipped: dict[int, set[str]] = {}
@@ -486,13 +491,11 @@ class RedisMetadataStore:
             skipped.setdefault(t.partition, set()).add(str(t.seq))
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
-            pipe.zrange(k.open_writes(p, segment), 0, -1 if p in skipped else 0)
+            pipe.zrange(k.open_writes(p, segment), 0, 0)
         firsts = pipe.execute()
         members: list[tuple[int, str]] = []
         for p, gone in skipped.items():
-            kept = [m for m in firsts[p] if m.split("|", 2)[1] not in gone]
-            pend = [m for m in kept if m.startswith("!")]
-            members += [(p, m) for m in pend[:64] + [m for m in kept if m[0] != "!"][:1]]
+            members += [(p, m) for m in self._first_writes(k.open_writes(p, segment), gone)]
         pending = [p for p, m in enumerate(firsts)
                    if p not in skipped and m and m[0].startswith("!")]
         for p, m in enumerate(firsts):
@@ -513,6 +516,25 @@ class RedisMetadataStore:
             out.append(OpenWrite(TxnId(p, int(seq)), writer,
                                  None if pos == "!" else Position.decode(pos)))
         return out
+
+    def _first_writes(self, key: str, gone: set[str], page: int = 128) -> list[str]:
+        """Pending members (up to 64) and the lowest recorded one of an open-write
+        index, leaving out the members of the ``gone`` txn seqs, a page at a time."""
+        pending: list[str] = []
+        start = 0
+        while True:
+            ms = self.r.zrange(key, start, start + page - 1)
+            for m in ms:
+                if m.split("|", 2)[1] in gone:
+                    continue
+                if m.startswith("!"):
+                    if len(pending) < 64:
+                        pending.append(m)
+                    continue
+                return pending + [m]
+            if len(ms) < page:
+                return pending
+            start += page
 
     @_translate
     def aborted_writers(self, segment: str, pairs: Iterable[tuple[TxnId, str]]
@@ -570,13 +592,12 @@ class RedisMetadataStore:
         return self.r.hgetall(self.keys.ack_claims(segment, subscription))
 
     @_translate
-    def trim_tombstones(self, segment: str, subscription: str,
+    def trim_tombstones(self, segment: str, subscription: str, horizon: str,
                         tombstones: Sequence[tuple[str, str]]) -> int:
-        """Drop the (position, holder) tombstones still held by that holder."""
-        if not tombstones:
-            return 0
+        """Drop the (position, holder) tombstones at or below ``horizon`` still held by
+        that holder; the horizon stays a conflict for later claims (trim_acks.lua)."""
         return int(self._s["trim_acks"](keys=[self.keys.ack_claims(segment, subscription)],
-                                        args=[f"{p}|{h}" for p, h in tombstones]))
+                                        args=[horizon, *(f"{p}|{h}" for p, h in tombstones)]))
 
     @_translate
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:

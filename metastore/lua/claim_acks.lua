@@ -22,6 +22,9 @@ local function txn_and_pos(field)  -- '~cum' and '~tomb' hold 'txn|position'
 end
 local tomb_txn, tomb_pos = txn_and_pos('~tomb')
 local cum_txn, cum_pos = txn_and_pos('~cum')
+-- '~trimmed': tombstones at or below it were dropped (trim_acks.lua); all acked
+local trimmed = redis.call('HGET', KEYS[1], '~trimmed')
+local TRIMMED = 'an ack at or below the trimmed horizon'
 local function holder_of(value)
   if string.sub(value, 1, 1) == '=' then return string.sub(value, 2), 'COMMITTED' end
   return value, 'OPEN'
@@ -39,16 +42,19 @@ if mode == 'ind' then
     if tomb_pos and ARGV[i] <= tomb_pos then
       return {'CONFLICT', ARGV[i], tomb_txn, 'COMMITTED'}
     end
+    if trimmed and ARGV[i] <= trimmed then return {'CONFLICT', ARGV[i], TRIMMED, 'COMMITTED'} end
   end
   for i = 3, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], txn) end
   return {'OK'}
 end
 local pos = ARGV[3]
 if tomb_pos and pos <= tomb_pos then return {'CONFLICT', pos, tomb_txn, 'COMMITTED'} end
+if trimmed and pos <= trimmed then return {'CONFLICT', pos, TRIMMED, 'COMMITTED'} end
 if cum_txn and cum_txn ~= txn then return {'CONFLICT', pos, cum_txn, 'OPEN'} end
 for i = 4, #ARGV do
   local given = ARGV[i]
   if tomb_pos and given <= tomb_pos then return {'CONFLICT', given, tomb_txn, 'COMMITTED'} end
+  if trimmed and given <= trimmed then return {'CONFLICT', given, TRIMMED, 'COMMITTED'} end
   local held = redis.call('HGET', KEYS[1], given)
   if held and string.sub(held, 1, 1) == '=' then
     return {'CONFLICT', given, string.sub(held, 2), 'COMMITTED'}

@@ -2,8 +2,11 @@
 
 The lingering-transaction tool: list OPEN txns and how old they are, show one,
 abort one by id, run the timeout and GC sweeps, find the txn of an owner (for
-example a Spark sink's ``<sink id>:<batchId>``). And the scalable-topic admin:
-``topic create|describe|split|merge|list``.
+example a Spark sink batch's ``<sink id>|<query id>|<batchId>``). And the scalable-topic
+admin: ``topic create|describe|split|merge|list``.
+
+The global options (``--metastore``, ``--namespace``, ``--json``) are accepted before
+or after the subcommand.
 """
 
 from __future__ import annotations
@@ -44,28 +47,50 @@ def _print(rows: list[dict], as_json: bool) -> None:
         print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__.splitlines()[0])
-    ap.add_argument("--metastore", default=os.environ.get("PULSAR_TXN_METASTORE"),
-                    help="metastore URL (redis://, rediss://); env PULSAR_TXN_METASTORE")
-    ap.add_argument("--namespace", default=os.environ.get("PULSAR_TXN_NAMESPACE", "ptxn"),
-                    help="metastore key prefix of the deployment (default ptxn)")
-    ap.add_argument("--json", action="store_true", help="print JSON")
+def _global_options(defaults: bool) -> argparse.ArgumentParser:
+    """The options every command takes. The top-level parser holds the defaults; each
+    subcommand accepts the same options with no default of its own (SUPPRESS), so a
+    value given before the subcommand is kept and one given after it is taken."""
+    p = argparse.ArgumentParser(add_help=False)
+
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument("--metastore", default=default(os.environ.get("PULSAR_TXN_METASTORE")),
+                   help="metastore URL (redis://, rediss://); env PULSAR_TXN_METASTORE")
+    p.add_argument("--namespace",
+                   default=default(os.environ.get("PULSAR_TXN_NAMESPACE", "ptxn")),
+                   help="metastore key prefix of the deployment (default ptxn)")
+    p.add_argument("--json", action="store_true", default=default(False), help="print JSON")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__.splitlines()[0],
+                                 parents=[_global_options(True)])
+    common = [_global_options(False)]
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ls = sub.add_parser("list", help="list transactions")
+    ls = sub.add_parser("list", help="list transactions", parents=common)
     ls.add_argument("--state", choices=["open", "finalized"], default="open")
     ls.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
                     help="only transactions created more than SECONDS ago")
-    sub.add_parser("show", help="show one transaction").add_argument("txn")
-    sub.add_parser("abort", help="abort an OPEN transaction by id").add_argument("txn")
-    sub.add_parser("find", help="the transaction of an owner (e.g. '<sink>:<batchId>')"
-                   ).add_argument("owner")
-    bt = sub.add_parser("batch", help="the transaction of a Spark sink's batch")
+    sub.add_parser("show", help="show one transaction", parents=common).add_argument("txn")
+    sub.add_parser("abort", help="abort an OPEN transaction by id", parents=common
+                   ).add_argument("txn")
+    sub.add_parser("find", help="the transaction of an owner (a Spark sink batch's is "
+                   "'<sink id>|<query id>|<batchId>')", parents=common).add_argument("owner")
+    bt = sub.add_parser("batch", help="the transaction of a Spark sink's batch", parents=common)
     bt.add_argument("sink", help="the sink.id, or the query's checkpoint location")
     bt.add_argument("batch_id", type=int)
-    sw = sub.add_parser("sweep", help="abort expired txns and collect old finalized ones")
+    sw = sub.add_parser("sweep", help="abort expired txns, finish cleanups, collect old "
+                        "finalized ones", parents=common)
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
-    _topic_parser(sub)
+    _topic_parser(sub, common)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if not args.metastore:
         ap.error("--metastore (or PULSAR_TXN_METASTORE) is required")
@@ -126,30 +151,46 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _topic_parser(sub) -> None:
-    tp = sub.add_parser("topic", help="scalable topics: create, describe, split, merge, list")
-    tp.add_argument("--service-url", default=os.environ.get("PULSAR_TXN_SERVICE_URL"),
-                    help="Pulsar service URL; env PULSAR_TXN_SERVICE_URL")
-    tp.add_argument("--admin-url", default=os.environ.get("PULSAR_TXN_ADMIN_URL"),
-                    help="Pulsar REST admin URL, to terminate sealed segments (brokers "
-                         "without one, like pulsar-lite, fall back to a grace period); "
-                         "env PULSAR_TXN_ADMIN_URL")
+def _topic_options(defaults: bool) -> argparse.ArgumentParser:
+    """``topic``'s own options, accepted after ``topic`` and after its subcommand."""
+    p = argparse.ArgumentParser(add_help=False)
+
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument("--service-url", default=default(os.environ.get("PULSAR_TXN_SERVICE_URL")),
+                   help="Pulsar service URL; env PULSAR_TXN_SERVICE_URL")
+    p.add_argument("--admin-url", default=default(os.environ.get("PULSAR_TXN_ADMIN_URL")),
+                   help="Pulsar REST admin URL, to terminate sealed segments (brokers "
+                        "without one, like pulsar-lite, fall back to a grace period); "
+                        "env PULSAR_TXN_ADMIN_URL")
+    return p
+
+
+def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
+    tp = sub.add_parser("topic", help="scalable topics: create, describe, split, merge, list",
+                        parents=[*common, _topic_options(True)])
+    common = [*common, _topic_options(False)]
     ts = tp.add_subparsers(dest="topic_cmd", required=True)
-    c = ts.add_parser("create", help="create a scalable topic with N initial segments")
+    c = ts.add_parser("create", help="create a scalable topic with N initial segments",
+                      parents=common)
     c.add_argument("name", help="topic://tenant/namespace/name")
     c.add_argument("--segments", type=int, default=1)
-    d = ts.add_parser("describe", help="segments, ranges, states and entries per segment")
+    d = ts.add_parser("describe", help="segments, ranges, states and entries per segment",
+                      parents=common)
     d.add_argument("name")
-    s = ts.add_parser("split", help="seal an ACTIVE segment; two children split its range")
+    s = ts.add_parser("split", help="seal an ACTIVE segment; two children split its range",
+                      parents=common)
     s.add_argument("name")
     s.add_argument("segment", type=int)
     s.add_argument("--at", type=lambda v: int(v, 0), default=None,
                    help="first hash of the upper child (default: the middle)")
-    m = ts.add_parser("merge", help="seal two adjacent ACTIVE segments; one child covers both")
+    m = ts.add_parser("merge", help="seal two adjacent ACTIVE segments; one child covers both",
+                      parents=common)
     m.add_argument("name")
     m.add_argument("a", type=int)
     m.add_argument("b", type=int)
-    ts.add_parser("list", help="the deployment's scalable topics")
+    ts.add_parser("list", help="the deployment's scalable topics", parents=common)
 
 
 def _topic_main(ap: argparse.ArgumentParser, args) -> int:

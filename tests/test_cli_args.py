@@ -1,0 +1,61 @@
+"""The CLI's global options work before and after the subcommand (no store needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pulsar_txn import cli
+
+
+class _EmptyStore:
+    """Just enough of a MetadataStore for ``list`` on a deployment with no txns."""
+
+    def __init__(self) -> None:
+        self.opened: tuple[str, str] | None = None
+
+    def server_time_ms(self) -> int:
+        return 1_000_000
+
+    def open_txns(self) -> list:
+        return []
+
+    def get_headers(self, ids) -> dict:
+        return {}
+
+
+@pytest.fixture
+def store(monkeypatch) -> _EmptyStore:
+    s = _EmptyStore()
+
+    def open_store(url, namespace):
+        s.opened = (url, namespace)
+        return s
+
+    monkeypatch.setattr(cli, "open_store", open_store)
+    return s
+
+
+@pytest.mark.parametrize("argv", [
+    ["--metastore", "redis://h:1", "--namespace", "ns", "--json", "list"],
+    ["list", "--metastore", "redis://h:1", "--namespace", "ns", "--json"],
+    ["--metastore", "redis://h:1", "list", "--json", "--namespace", "ns"],
+])
+def test_global_options_are_accepted_before_or_after_the_subcommand(store, capsys, argv):
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert store.opened == ("redis://h:1", "ns")
+
+
+def test_options_given_before_the_subcommand_are_not_reset_by_its_defaults(store, capsys):
+    assert cli.main(["--json", "--namespace", "ns", "--metastore", "redis://h:1", "list"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert store.opened == ("redis://h:1", "ns")
+
+
+def test_topic_subcommands_take_the_global_and_topic_options_after_them():
+    args = cli.build_parser().parse_args(
+        ["topic", "describe", "topic://t/n/x", "--json", "--service-url", "pulsar://b:1",
+         "--metastore", "redis://h:1"])
+    assert (args.json, args.service_url, args.metastore) == (True, "pulsar://b:1", "redis://h:1")

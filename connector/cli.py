@@ -85,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="abort expired txns, finish cleanups, collect old "
                         "finalized ones", parents=common)
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
+    ms = mt.add_subparsers(dest="metrics_cmd", required=True)
+    serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted",
+                          parents=common)
+    serve.add_argument("--port", type=int, default=9464)
+    serve.add_argument("--addr", default="0.0.0.0", help="address to listen on")
+    serve.add_argument("--service-url", default=os.environ.get("PULSAR_TXN_SERVICE_URL"),
+                       help="the broker (pulsar://…), for the per-segment gate lag; "
+                       "env PULSAR_TXN_SERVICE_URL")
     _topic_parser(sub, common)
     return ap
 
@@ -96,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--metastore (or PULSAR_TXN_METASTORE) is required")
     if args.cmd == "topic":
         return _topic_main(ap, args)
+    if args.cmd == "metrics":
+        return _metrics_main(args)
     try:
         store = open_store(args.metastore, namespace=args.namespace)
         coord = TransactionCoordinator(store, materialize_inline=True)  # done before exit
@@ -231,6 +242,21 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
         topics.close()
         client.close()
         store.close()
+
+
+def _metrics_main(args) -> int:
+    import threading
+
+    from pulsar_txn.metrics import serve
+
+    server, _ = serve(args.metastore, args.namespace, args.port, args.addr, args.service_url)
+    print(f"serving Prometheus metrics on http://{args.addr}:{args.port}/metrics "
+          f"(namespace {args.namespace}); Ctrl-C stops", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+    return 0
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import pulsar
 
 from pulsar_txn.admin import admin_request, admin_topic_path, check_admin_url
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.dag import is_scalable
 from pulsar_txn.errors import (
@@ -288,7 +289,8 @@ class _GatedStream:
         self._received = None  # highest native id held (entries at or below it are known)
         self._dedupe = dedupe
         self._last = None
-        self._rewind = None  # a redelivery we asked for: copies from here on pass dedupe
+        # positions an abort released: their redelivered copies pass the duplicate filter
+        self._expect: set[tuple[int, int, int]] = set()
         self._is_reader = isinstance(self, Reader)
         self._verdicts: dict[tuple[str, str], str] = {}
         self._ids: dict[str, TxnId] = {}
@@ -314,9 +316,6 @@ class _GatedStream:
         """Append received messages to the buffer (one tight loop per drained batch)."""
         append = self._buf.append
         last, received = self._last, self._received
-        rewind, self._rewind = self._rewind, None
-        if rewind is not None and last is not None and rewind < last:
-            last = rewind
         dep = self._client.store.deployment
         if self._is_reader:  # in order: the last id held is the highest
             for raw in raws:
@@ -334,8 +333,13 @@ class _GatedStream:
                 mid = raw.message_id()
                 if dedupe and raw.redelivery_count() == 0:
                     if last is not None and mid <= last:
-                        continue
-                    last = mid
+                        expect = self._expect
+                        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                        if not expect or key not in expect:
+                            continue
+                        expect.discard(key)  # the copy an abort asked for
+                    else:
+                        last = mid
                 if received is None or received < mid:
                     received = mid
                 props = raw.properties()
@@ -598,8 +602,7 @@ class Consumer(_GatedStream):
         if not positions:
             return
         if self._dedupe:
-            low = min(positions)
-            self._rewind = pulsar.MessageId(-1, low.ledger, low.entry - 1, -1)._msg_id
+            self._expect.update((p.ledger, p.entry, p.batch) for p in positions)
         for p in positions:
             # the wrapper's negative_acknowledge takes only the native id
             self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id)
@@ -628,6 +631,7 @@ class PulsarTxnClient:
         self._watch = self.store.watch(self._on_event)
         pulsar_kwargs.setdefault("logger", quiet_logger())
         self.pulsar = pulsar.Client(service_url, **pulsar_kwargs)
+        self.service_url = service_url
         if sweeper:
             self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
         self.admin_url = check_admin_url(admin_url)
@@ -658,26 +662,29 @@ class PulsarTxnClient:
     # ---- producers / readers / consumers ----
     def create_producer(self, topic: str, **kwargs) -> Producer:
         """A producer; for a ``topic://`` scalable topic, one that routes by key hash."""
-        if is_scalable(topic):
-            from pulsar_txn.scalable import ScalableProducer
+        with naming(self.service_url, what=f"creating a producer on {topic}"):
+            if is_scalable(topic):
+                from pulsar_txn.scalable import ScalableProducer
 
-            return ScalableProducer(self, topic, **kwargs)
-        return Producer(self, topic, **kwargs)
+                return ScalableProducer(self, topic, **kwargs)
+            return Producer(self, topic, **kwargs)
 
     def create_reader(self, topic: str, start: str | Position = "earliest", **kwargs) -> Reader:
         """A READ_COMMITTED reader; for a ``topic://`` topic, in the DAG's order."""
-        if is_scalable(topic):
-            from pulsar_txn.scalable import ScalableReader
+        with naming(self.service_url, what=f"creating a reader on {topic}"):
+            if is_scalable(topic):
+                from pulsar_txn.scalable import ScalableReader
 
-            return ScalableReader(self, topic, start, **kwargs)
-        return Reader(self, topic, start, **kwargs)
+                return ScalableReader(self, topic, start, **kwargs)
+            return Reader(self, topic, start, **kwargs)
 
     def subscribe(self, topic: str, subscription: str, **kwargs) -> Consumer:
         if is_scalable(topic):
             raise ConfigError(f"topic {topic!r}: subscriptions on scalable topics are not "
                               "supported yet; subscribe to a segment's backing topic, or read "
                               "with create_reader (DAG order)")
-        return Consumer(self, topic, subscription, **kwargs)
+        with naming(self.service_url, what=f"subscribing to {topic}"):
+            return Consumer(self, topic, subscription, **kwargs)
 
     # ---- participants ----
     def _register_ack_store(self, store: PendingAckStore) -> None:

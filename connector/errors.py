@@ -17,6 +17,13 @@ class ConfigError(PulsarTxnError, ValueError):
     """A bad option or argument; the message names it."""
 
 
+class BrokerUnavailable(PulsarTxnError, ConnectionError):
+    """The Pulsar broker did not answer (unreachable, refused, or too slow); the
+    message names the option and the address."""
+
+    retriable = True
+
+
 class MetastoreUnavailable(PulsarTxnError):
     """The metadata store could not be reached; nothing was decided."""
 

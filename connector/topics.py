@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 
-from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.errors import BrokerUnavailable, ConfigError, PulsarTxnError
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,9 @@ def _fmt(p: Pos) -> str:
     return f"{p[0]}:{p[1]}:{p[2]}"
 
 
+_NAMED = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's rule for tenants and namespaces
+
+
 def normalize_topic(topic: str) -> str:
     """``x`` → ``persistent://public/default/x``; full names are validated, not rewritten."""
     if not topic or not isinstance(topic, str):
@@ -31,14 +35,29 @@ def normalize_topic(topic: str) -> str:
     if "://" not in topic:
         parts = topic.split("/")
         if len(parts) == 1:
-            return f"persistent://public/default/{topic}"
-        if len(parts) == 3:
-            return f"persistent://{topic}"
-        raise ConfigError(f"topic {topic!r} is not 'name', 'tenant/ns/name' or a full topic URL")
-    scheme = topic.split("://", 1)[0]
+            full = f"persistent://public/default/{topic}"
+        elif len(parts) == 3:
+            full = f"persistent://{topic}"
+        else:
+            raise ConfigError(f"topic {topic!r} is not 'name', 'tenant/ns/name' or a full "
+                              "topic URL")
+    else:
+        full = topic
+    scheme, _, rest = full.partition("://")
     if scheme != "persistent":
         raise ConfigError(f"topic {topic!r}: only persistent:// topics carry transactions")
-    return topic
+    parts = rest.split("/")
+    if len(parts) != 3:
+        raise ConfigError(f"topic {topic!r} is not 'persistent://tenant/namespace/name'")
+    tenant, ns, local = parts
+    for what, name in (("tenant", tenant), ("namespace", ns)):
+        if not _NAMED.fullmatch(name):
+            raise ConfigError(f"topic {topic!r}: {what} {name!r} may hold only letters, "
+                              "digits and - _ = : .")
+    if not local or any(c.isspace() or not c.isprintable() for c in local):
+        raise ConfigError(f"topic {topic!r}: the name {local!r} must be non-empty, without "
+                          "spaces or control characters")
+    return full
 
 
 def normalize_any(topic: str) -> str:
@@ -229,26 +248,50 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
 
     if end <= start:
         return
-    if start == _BEFORE or start[1] < 0 or start[1] >= _END_OF_LEDGER:
-        # no entry to start at: before the first, or "the end of ledger L" (a gate just
-        # below entry 0 of the next ledger), which a broker need not resolve (pulsar-lite
-        # delivers nothing from it). Earlier entries are filtered out below.
-        mid, inclusive = pulsar.MessageId.earliest, False
-    else:
-        mid, inclusive = pulsar.MessageId(-1, start[0], start[1], -1), True
-    reader = client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
-                                  **{"receiver_queue_size": 2000, **(reader or {})})
+    settings = {"receiver_queue_size": 2000, **(reader or {})}
+
+    def open_at(at: Pos):
+        if at == _BEFORE or at[1] < 0 or at[1] >= _END_OF_LEDGER:
+            # no entry to start at: before the first, or "the end of ledger L" (a gate
+            # just below entry 0 of the next ledger), which a broker need not resolve
+            # (pulsar-lite delivers nothing from it). Earlier entries are filtered out.
+            mid, inclusive = pulsar.MessageId.earliest, False
+        else:
+            mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
+        return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
+                                    **settings)
+    reader = open_at(start)
     native = reader._reader
     last: Pos | None = None
+    reconnects = 0
     try:
         while True:
             at_end_entry = last is not None and (last[0], last[1]) == (end[0], end[1])
             wait = 200 if at_end_entry else timeout_ms
             try:
                 raw = native.read_next(wait)
+            except (pulsar.NotConnected, pulsar.AlreadyClosed, pulsar.ConnectError) as e:
+                # a connection the broker dropped (a restart, a glitch): read on from
+                # where this scan is, a few times, rather than fail the whole task
+                reconnects += 1
+                if reconnects > 3:
+                    raise BrokerUnavailable(f"{segment}: the reader lost its connection "
+                                            f"{reconnects} times ({e})") from e
+                log.warning("%s: reader disconnected (%s); reading on from %s", segment, e,
+                            _fmt(last or start))
+                _close_quietly(reader)
+                reader = open_at((last[0], last[1], -1) if last is not None else start)
+                native = reader._reader
+                continue
             except pulsar.Timeout:
                 if at_end_entry:
                     return  # the end entry's batch is complete
+                if not reader.is_connected():  # an outage, not lost data: never skipped
+                    raise BrokerUnavailable(
+                        f"{segment}: the broker was unreachable for {timeout_ms} ms while "
+                        f"reading after {_fmt(last or start)} up to the planned {_fmt(end)}; "
+                        "the range is not skipped (whatever failOnDataLoss says): it is "
+                        "read again once the broker is back") from None
                 msg = (f"{segment}: no entry after {_fmt(last or start)} within {timeout_ms} "
                        f"ms although {_fmt(end)} was planned: its data is gone (deleted "
                        "topic or ledgers). Set failOnDataLoss=false to skip lost ranges.")
@@ -269,4 +312,11 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             if pos == end or (pos[2] < 0 and (pos[0], pos[1]) == (end[0], end[1])):
                 return
     finally:
+        _close_quietly(reader)
+
+
+def _close_quietly(reader) -> None:
+    try:
         reader.close()
+    except Exception as e:  # noqa: BLE001 - closing a dropped reader may fail; nothing to do
+        log.debug("closing a reader failed: %s", e)

@@ -142,3 +142,47 @@ def test_executor_gives_up_on_an_open_txn_past_its_deadline_naming_it(
         assert "rows" not in out
     finally:
         src.stop()
+
+
+def test_a_broker_outage_mid_read_is_never_skipped_as_lost_data(
+        make_client, broker, redis_server, namespace, topic_name):
+    """failOnDataLoss=false skips ranges whose data is gone; a broker that is down
+    past dataTimeoutMs is not that: the task fails (retriable, naming the range) and
+    the same range reads whole once the broker is back."""
+    import pulsar
+    import pytest
+
+    from pulsar_txn.errors import BrokerUnavailable
+    from pulsar_txn.records import BEFORE_EARLIEST
+    from pulsar_txn.spark.source import SegmentPartition, StreamSource, encode, read_partition
+
+    writer = make_client(sweeper=False)
+    topic = topic_name("outage")
+    p = writer.create_producer(topic)
+    for i in range(50):
+        p.send(b"m%d" % i)
+    raw = writer.pulsar.create_reader(p.segment, pulsar.MessageId.earliest)
+    ids = [raw.read_next(5000).message_id() for _ in range(50)]
+    raw.close()
+    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
+                        "metastore.namespace": namespace, "topic": topic,
+                        "failOnDataLoss": "false", "dataTimeoutMs": "1500",
+                        "pulsar.reader.receiver_queue_size": "1",
+                        "pulsar.client.operation_timeout_seconds": "3"})
+    part = SegmentPartition(p.segment,
+                            encode((BEFORE_EARLIEST.ledger, BEFORE_EARLIEST.entry, -1)),
+                            encode((ids[-1].ledger_id(), ids[-1].entry_id(), -1)), topic)
+    try:
+        rows = read_partition(src.opts, part, chunk=1)
+        assert next(rows).column("value").to_pylist() == [b"m0"]
+        broker.stop()
+        try:
+            with pytest.raises(BrokerUnavailable):  # not a silent end of the range
+                for _ in rows:
+                    pass
+        finally:
+            broker.start()
+        again = [v for b in read_partition(src.opts, part) for v in b.column("value").to_pylist()]
+        assert again == [b"m%d" % i for i in range(50)]
+    finally:
+        src.stop()

@@ -92,6 +92,10 @@ class Keys:
     def events(self, p: int) -> str:
         return f"{self.tag(p)}:ev"
 
+    def counters(self, p: int) -> str:
+        """Hash: opened, committed, aborted, timed_out (kept by the scripts, exact)."""
+        return f"{self.tag(p)}:n"
+
     def fsync_mark(self, p: int) -> str:
         """A counter a repeated end (waitaof) writes so WAITAOF covers the earlier
         decision too: the AOF is written and fsynced in order."""

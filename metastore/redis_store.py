@@ -86,7 +86,9 @@ def _translate(fn):
         except PulsarTxnError:
             raise
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise MetastoreUnavailable(f"metadata store unreachable: {e}") from e
+            where = getattr(args[0], "url", "?") if args else "?"
+            raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
+                                       f"unreachable: {e}") from e
         except redis.ResponseError as e:
             raise MetastoreUnavailable(f"metadata store refused the request: {e}") from e
 
@@ -167,7 +169,8 @@ class RedisMetadataStore:
             self.partitions = self._agree_partitions(namespace, partitions)
             self.deployment = self._deployment_id(namespace)
         except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise MetastoreUnavailable(f"metadata store {shown!r} unreachable: {e}") from e
+            raise MetastoreUnavailable(f"metadata store {shown!r} (option 'metastore.url') "
+                                       f"unreachable: {e}") from e
         self.keys = Keys(namespace, self.partitions)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
@@ -251,7 +254,7 @@ class RedisMetadataStore:
             raise ValueError("an owned transaction must live in its owner's partition")
         res = self._s["create_txn"](
             keys=[k.header(p, txn_id.seq), k.deadlines(p), k.owners(p), k.seq(p), k.live(p),
-                  k.gc(p), k.gaps(p)],
+                  k.gc(p), k.gaps(p), k.counters(p)],
             args=[txn_id.seq, int(timeout_ms), owner, replace.seq if replace else ""])
         if res[0] == "STALE":  # below the collected watermark or in a gap: a fresh id
             with self._seq_lock:
@@ -300,7 +303,7 @@ class RedisMetadataStore:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         win_arg = "*" if winners is None else json.dumps(sorted(set(winners)))
         keys = [k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
-                k.unmaterialized(p), k.events(p)]
+                k.unmaterialized(p), k.events(p), k.counters(p)]
         args = [seq, target.value, win_arg, self.event_maxlen]
         if sink is not None:
             if partition_of(sink.sink_id, self.partitions) != p:
@@ -414,6 +417,61 @@ class RedisMetadataStore:
             if in_set is not None or (not in_gap and t.seq <= int(w or 0)):
                 out.add(t)
         return out
+
+    @_translate
+    def metrics_snapshot(self, max_open: int = 10_000) -> dict:
+        """What operators watch, read in a few pipelined round trips (Prometheus).
+
+        counters: opened, committed, aborted, timed_out (kept exactly by the scripts);
+        open: OPEN txns, and the creation time of the oldest (of up to ``max_open``);
+        unmaterialized / gc_backlog: ended txns awaiting their cleanup / collection;
+        open_writes: per segment, the number of open writes and the lowest recorded
+        first position (entries at or above it are held back from readers);
+        sinks: per Spark sink id, its last committed batch.
+        """
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.hgetall(k.counters(p))
+            pipe.zrange(k.deadlines(p), 0, max_open - 1)
+            pipe.zcard(k.deadlines(p))
+            pipe.zcard(k.unmaterialized(p))
+            pipe.zcard(k.finalized(p))
+        res = pipe.execute()
+        counters = {"opened": 0, "committed": 0, "aborted": 0, "timed_out": 0}
+        open_ids, n_open, unmat, backlog = [], 0, 0, 0
+        for p in range(self.partitions):
+            c, ids, n, u, f = res[5 * p: 5 * p + 5]
+            for name in counters:
+                counters[name] += int(c.get(name, 0))
+            open_ids += [(p, int(s)) for s in ids]
+            n_open, unmat, backlog = n_open + n, unmat + u, backlog + f
+        oldest = None
+        if open_ids:
+            pipe = self.r.pipeline(transaction=False)
+            for p, seq in open_ids:
+                pipe.hget(k.header(p, seq), "cr")
+            created = [int(c) for c in pipe.execute() if c is not None]
+            oldest = min(created) if created else None
+        writes: dict[str, tuple[int, Position | None]] = {}
+        sinks: dict[str, int] = {}
+        for p in range(self.partitions):
+            for key in self.r.scan_iter(match=f"{k.tag(p)}:ow:*", count=1000):
+                segment = key.split(":ow:", 1)[1]
+                members = self.r.zrange(key, 0, -1)
+                first = [m for m in members if not m.startswith("!")][:1]
+                n, low = writes.get(segment, (0, None))
+                pos = Position.decode(first[0].split("|", 1)[0]) if first else None
+                writes[segment] = (n + len(members),
+                                   min(x for x in (low, pos) if x is not None)
+                                   if (low or pos) else None)
+            for key in self.r.scan_iter(match=f"{k.tag(p)}:sink:*", count=1000):
+                batch = self.r.hget(key, "batch")
+                if batch is not None:
+                    sinks[key.split(":sink:", 1)[1]] = int(batch)
+        return {"counters": counters, "open": n_open, "oldest_open_created_ms": oldest,
+                "unmaterialized": unmat, "gc_backlog": backlog, "open_writes": writes,
+                "sinks": sinks, "now_ms": self.server_time_ms()}
 
     @_translate
     def server_time_ms(self) -> int:

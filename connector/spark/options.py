@@ -23,6 +23,18 @@ SOURCE = COMMON | {"transaction.retention.ms",
                    "minpartitions", "subscription", "admin.url"}
 
 
+# Spark lower-cases option keys; errors name them as the docs spell them.
+DOCUMENTED = {n.lower(): n for n in (
+    "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
+    "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
+    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation")}
+
+
+def shown(key: str) -> str:
+    """An option key as documented (``startingoffsets`` → ``startingOffsets``)."""
+    return DOCUMENTED.get(key, key)
+
+
 def query_id_of_checkpoint(location: str) -> str:
     """The Spark query id recorded in a (local) checkpoint's ``metadata`` file.
 
@@ -67,9 +79,9 @@ def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) 
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"option {key!r} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"option {shown(key)!r} must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise ConfigError(f"option {key!r} must be >= {minimum}, got {value}")
+        raise ConfigError(f"option {shown(key)!r} must be >= {minimum}, got {value}")
     return value
 
 
@@ -78,7 +90,7 @@ def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
     if raw is None or raw == "":
         return default
     if raw.lower() not in ("true", "false"):
-        raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+        raise ConfigError(f"option {shown(key)!r} must be true or false, got {raw!r}")
     return raw.lower() == "true"
 
 
@@ -108,13 +120,13 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
             name = key[len(prefix):]
             if name not in params:
                 raise ConfigError(
-                    f"option {key!r}: {name!r} is not a pulsar-client setting; "
+                    f"option {shown(key)!r}: {name!r} is not a pulsar-client setting; "
                     f"known: {', '.join(sorted(params))}")
             members = getattr(type(sig[name].default), "__members__", None)
             if members:
                 by_name = {m.lower(): v for m, v in members.items()}
                 if value.lower() not in by_name:
-                    raise ConfigError(f"option {key!r} must be one of {', '.join(members)}, "
+                    raise ConfigError(f"option {shown(key)!r} must be one of {', '.join(members)}, "
                                       f"got {value!r}")
                 out[name] = by_name[value.lower()]
             else:
@@ -125,7 +137,7 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
 def _required(opts: dict[str, str], key: str) -> str:
     value = opts.get(key)
     if not value:
-        raise ConfigError(f"option {key!r} is required")
+        raise ConfigError(f"option {shown(key)!r} is required")
     return value
 
 
@@ -136,7 +148,7 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
     unknown = [k for k in opts if k not in known and not k.startswith(prefixes)]
     if unknown:
         raise ConfigError(f"unknown option(s) for the pulsar-txn {role}: {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(known))}, "
+                          f"known: {', '.join(sorted(shown(k) for k in known))}, "
                           f"{', '.join(p + '*' for p in prefixes)}")
     service = _required(opts, "service.url")
     if not service.startswith(("pulsar://", "pulsar+ssl://")):
@@ -176,13 +188,21 @@ class SinkOptions:
 
         opts, service, metastore = _checked(options, "sink", SINK,
                                             ("pulsar.producer.", "pulsar.client."))
+        topic = opts.get("topic") or opts.get("path") or None
+        if topic is not None:  # refused before anything is written
+            from pulsar_txn.topics import normalize_any
+
+            try:
+                normalize_any(topic)
+            except ConfigError as e:
+                raise ConfigError(f"option 'topic': {e}") from None
         sink_id = opts.get("sink.id") or None
         if sink_id is not None and ("|" in sink_id or "\n" in sink_id):
             raise ConfigError(f"option 'sink.id' must not contain '|' or newlines: {sink_id!r}")
         return cls(
             service_url=service, metastore_url=metastore,
             namespace=opts.get("metastore.namespace") or "ptxn",
-            topic=opts.get("topic") or opts.get("path") or None,
+            topic=topic,
             timeout_ms=_int(opts, "transaction.timeout.ms", 60_000, minimum=1),
             sink_id=sink_id,
             producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
@@ -201,7 +221,8 @@ def _position(raw: str, key: str) -> tuple[int, int, int]:
     except ValueError:
         vals = []
     if len(vals) not in (2, 3):
-        raise ConfigError(f"option {key!r}: position {raw!r} must be 'ledgerId:entryId[:batch]'")
+        raise ConfigError(f"option {shown(key)!r}: position {raw!r} must be "
+                          "'ledgerId:entryId[:batch]'")
     return (vals[0], vals[1], vals[2] if len(vals) == 3 else -1)
 
 
@@ -217,13 +238,18 @@ def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, 
     try:
         parsed = json.loads(raw)
     except ValueError:
-        raise ConfigError(f"option {key!r} must be 'earliest', 'latest' or JSON "
+        raise ConfigError(f"option {shown(key)!r} must be 'earliest', 'latest' or JSON "
                           f'{{"<topic>": "<ledgerId>:<entryId>"}}, got {raw!r}') from None
     if not isinstance(parsed, dict):
-        raise ConfigError(f"option {key!r}: JSON must be an object of topic -> position")
+        raise ConfigError(f"option {shown(key)!r}: JSON must be an object of topic -> position")
     from pulsar_txn.topics import normalize_topic
 
     return {normalize_topic(t): _position(v, key) for t, v in parsed.items()}
+
+
+def _default(value: int | None, default: int) -> int:
+    """``0`` is a value, not "unset"."""
+    return default if value is None else value
 
 
 def _duration_ms(opts: dict[str, str], key: str) -> int | None:
@@ -236,7 +262,8 @@ def _duration_ms(opts: dict[str, str], key: str) -> int | None:
             return int(raw[: -len(suffix)]) * units[suffix]
     if raw.isdigit():
         return int(raw)
-    raise ConfigError(f"option {key!r} must be a duration like '500ms', '5s' or '1m', got {raw!r}")
+    raise ConfigError(f"option {shown(key)!r} must be a duration like '500ms', '5s' or '1m', "
+                      f"got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -292,7 +319,11 @@ class SourceOptions:
                           else [opts[given[0]]])
 
         def norm(t: str) -> str:
-            return "topic://" + normalize_scalable(t) if is_scalable(t) else normalize_topic(t)
+            try:
+                return ("topic://" + normalize_scalable(t) if is_scalable(t)
+                        else normalize_topic(t))
+            except ConfigError as e:
+                raise ConfigError(f"option {shown(given[0])!r}: {e}") from None
 
         topics = tuple(sorted({norm(t.strip()) for t in raw_topics if t.strip()}))
         subscription = opts.get("subscription") or None
@@ -314,7 +345,7 @@ class SourceOptions:
         for offs, key in ((starting, "startingOffsets"), (ending, "endingOffsets")):
             if isinstance(offs, dict) and pattern is None and not any(
                     t.startswith("topic://") for t in topics) and set(offs) - set(topics):
-                raise ConfigError(f"option {key!r} names topics that are not read: "
+                raise ConfigError(f"option {shown(key)!r} names topics that are not read: "
                                   f"{sorted(set(offs) - set(topics))}")
         return cls(
             service_url=service, metastore_url=metastore,
@@ -323,7 +354,7 @@ class SourceOptions:
             starting=starting, ending=ending,
             max_records=_int(opts, "maxrecordspertrigger", None, minimum=1),
             min_records=_int(opts, "minrecordspertrigger", None, minimum=1),
-            max_trigger_delay_ms=_duration_ms(opts, "maxtriggerdelay") or 15 * 60_000,
+            max_trigger_delay_ms=_default(_duration_ms(opts, "maxtriggerdelay"), 15 * 60_000),
             starting_timestamp_ms=ts,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),

@@ -195,6 +195,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
     import pulsar
 
     from pulsar_txn.client import quiet_logger
+    from pulsar_txn.connection import naming
     from pulsar_txn.topics import normalize_any
     from pulsar_txn.writer import WriterRun
 
@@ -245,7 +246,8 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                     continue
                 run = runs.get(topic)
                 if run is None:
-                    producer = client.create_producer(topic, **producer_kw)
+                    with naming(opts.service_url, what=f"creating a producer on {topic}"):
+                        producer = client.create_producer(topic, **producer_kw)
                     run = runs[topic] = (_PlainRun(producer) if txn_id is None else
                                          WriterRun(store, txn_id, topic, writer, producer))
                 run.send_async(v, p, **kw)
@@ -268,6 +270,26 @@ class StreamSinkWriter:
     def __init__(self, options, schema) -> None:
         self.opts = SinkOptions.from_options(options)
         self.roles = check_sink_schema(schema, self.opts)
+        self._check_broker()
+
+    def _check_broker(self) -> None:
+        """Driver-side, as the query starts: a wrong service.url fails here, naming
+        the option and the address, not in every task after its timeout."""
+        import pulsar
+
+        from pulsar_txn.client import quiet_logger
+        from pulsar_txn.connection import check_reachable
+        from pulsar_txn.topics import normalize_any
+
+        topic = normalize_any(self.opts.topic) if self.opts.topic else None
+        if topic is None or not topic.startswith("persistent://"):
+            return
+        client = pulsar.Client(self.opts.service_url,
+                               **{"logger": quiet_logger(), **self.opts.client})
+        try:
+            check_reachable(client, self.opts.service_url, topic)
+        finally:
+            client.close()
 
     # ---- executor ----
     def write(self, batches) -> PulsarTxnCommitMessage:

@@ -93,6 +93,7 @@ class Planner:
 
         from pulsar_txn.buffer import TransactionBuffer, max_read_position
         from pulsar_txn.client import quiet_logger
+        from pulsar_txn.connection import check_reachable
         from pulsar_txn.coordinator import TransactionCoordinator
         from pulsar_txn.metastore import open_store
 
@@ -100,6 +101,9 @@ class Planner:
         self.store = open_store(opts.metastore_url, namespace=opts.namespace)
         self.pulsar = pulsar.Client(opts.service_url, **{"logger": quiet_logger(),
                                                          **opts.client})
+        named = [t for t in opts.topics if t.startswith("persistent://")]
+        if named:  # a wrong address fails as the query starts, naming the option
+            check_reachable(self.pulsar, opts.service_url, named[0])
         self._max_read_position = max_read_position
         self._topic_of: dict[str, str] = {}
         self._completing: dict[str, float] = {}
@@ -330,6 +334,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
 
     from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
     from pulsar_txn.client import quiet_logger
+    from pulsar_txn.connection import naming
     from pulsar_txn.errors import InvalidTxnId
     from pulsar_txn.metastore import open_store
     from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
@@ -401,14 +406,15 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
             pending.clear()
             return pa.RecordBatch.from_pydict(cols, schema=schema)
 
-        for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
-                             timeout_ms=opts.data_timeout_ms,
-                             fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
-            props = raw.properties()
-            t = own_txn(props, store.deployment)
-            pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
-            if len(pending) >= chunk:
-                yield flush()
+        with naming(opts.service_url, what=f"reading {part.segment}"):
+            for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
+                                 timeout_ms=opts.data_timeout_ms,
+                                 fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
+                props = raw.properties()
+                t = own_txn(props, store.deployment)
+                pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
+                if len(pending) >= chunk:
+                    yield flush()
         if pending:
             yield flush()
     finally:

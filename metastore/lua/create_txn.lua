@@ -5,6 +5,7 @@
 -- header may appear there later (the caller allocates a fresh id).
 -- KEYS[1] header   KEYS[2] deadline index   KEYS[3] owner index   KEYS[4] sequence counter
 -- KEYS[5] live ids   KEYS[6] gc hash (watermark, run id)   KEYS[7] gaps of unknown ids
+-- KEYS[8] counters (hash: opened)
 -- ARGV[1] seq   ARGV[2] timeout ms   ARGV[3] owner ('' = none)
 -- ARGV[4] seq of an ABORTED txn the owner may be moved off ('' = none)
 -- returns {'OK', seq, deadline_ms, created_ms} | {'OWNED', existing_seq} | {'DUP'} | {'STALE'}
@@ -33,4 +34,5 @@ redis.call('ZADD', KEYS[5], seq, seq)
 -- keep the counter ahead of ids chosen by the caller (sequential keys)
 local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
 if cur < tonumber(seq) then redis.call('SET', KEYS[4], seq) end
+redis.call('HINCRBY', KEYS[8], 'opened', 1)
 return {'OK', seq, tostring(deadline), tostring(now)}

@@ -3,27 +3,29 @@
 -- the per-segment indexes are cleaned afterwards by materialize_txn (idempotent).
 -- KEYS[1] header  KEYS[2] write records  KEYS[3] deadline index  KEYS[4] finalized index
 -- KEYS[5] unmaterialized index  KEYS[6] event stream
+-- KEYS[7] counters (hash: committed, aborted, timed_out; kept here, in the CAS, so
+--         they are exact whatever process ends the txn)
 -- ARGV[1] seq  ARGV[2] target state
 -- ARGV[3] winners: JSON array of writer ids, or '*' = every writer with a recorded position
 --         (scans the write records: only for callers that do not know their writers)
 -- ARGV[4] stream maxlen
 -- Optional, for a Spark sink's batch (its progress advances in the same step as the
 -- decision, so a replay is recognised however late it comes, invariant 5):
--- KEYS[7] the sink's progress hash (same slot)   ARGV[5] batchId   ARGV[6] query id
+-- KEYS[8] the sink's progress hash (same slot)   ARGV[5] batchId   ARGV[6] query id
 -- returns {'OK', state, timed_out 0|1, header fields...} | {'ALREADY', state, '0', fields...}
 --       | {'CONFLICT', state} | {'NOTFOUND'} | {'FENCED', query id the sink is bound to}
 local h = redis.call('HMGET', KEYS[1], 'st', 'dl')
 if not h[1] then return {'NOTFOUND'} end
 local target = ARGV[2]
 local function advance_sink()
-  if KEYS[7] == nil then return end
-  local cur = tonumber(redis.call('HGET', KEYS[7], 'batch') or '-1')
+  if KEYS[8] == nil then return end
+  local cur = tonumber(redis.call('HGET', KEYS[8], 'batch') or '-1')
   if tonumber(ARGV[5]) > cur then
-    redis.call('HSET', KEYS[7], 'batch', ARGV[5], 'txn', ARGV[1], 'qid', ARGV[6])
+    redis.call('HSET', KEYS[8], 'batch', ARGV[5], 'txn', ARGV[1], 'qid', ARGV[6])
   end
 end
-if KEYS[7] ~= nil and target == 'COMMITTED' then
-  local bound = redis.call('HGET', KEYS[7], 'qid')
+if KEYS[8] ~= nil and target == 'COMMITTED' then
+  local bound = redis.call('HGET', KEYS[8], 'qid')
   if bound and bound ~= ARGV[6] then return {'FENCED', bound} end
 end
 if h[1] == target then
@@ -61,4 +63,6 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('ZADD', KEYS[5], now, ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[4], '*', 'k', 'end', 't', ARGV[1], 's', target)
+redis.call('HINCRBY', KEYS[7], target == 'COMMITTED' and 'committed' or 'aborted', 1)
+if target == 'ABORTED' and now > tonumber(h[2]) then redis.call('HINCRBY', KEYS[7], 'timed_out', 1) end
 return {'OK', target, tostring(timed_out), unpack(redis.call('HGETALL', KEYS[1]))}

@@ -70,3 +70,20 @@ def test_spark_options_are_named_as_documented(spark, broker, redis_server, name
          .option("metastore.url", redis_server.url).option("topic", "t")
          .option("startingOffsets", "yesterday").load().collect())
     assert "'startingOffsets'" in str(err.value)
+
+
+def test_metastore_url_namespace_parameter_is_honoured(broker, redis_server, topic_name):
+    """`?namespace=` in metastore.url selects the deployment (it once crashed with a
+    TypeError); it wins over the namespace argument."""
+    from pulsar_txn.client import PulsarTxnClient, read_all
+
+    url = f"{redis_server.url}?namespace=nsparam"
+    client = PulsarTxnClient(broker.service_url, url, namespace="ignored", sweeper=False)
+    try:
+        assert client.store.keys.ns == "nsparam"
+        t = topic_name()
+        with client.transaction() as txn:
+            client.create_producer(t).send(b"x", txn=txn)
+        assert [m.value for m in read_all(client.create_reader(t), 500)] == [b"x"]
+    finally:
+        client.close()

@@ -175,6 +175,12 @@ def _topic_options(defaults: bool) -> argparse.ArgumentParser:
                    help="Pulsar REST admin URL, to terminate sealed segments (brokers "
                         "without one, like pulsar-lite, fall back to a grace period); "
                         "env PULSAR_TXN_ADMIN_URL")
+    p.add_argument("--auth-plugin", default=default(os.environ.get("PULSAR_TXN_AUTH_PLUGIN")),
+                   help="Pulsar authentication: token, tls, oauth2 (or the Java class "
+                        "name); env PULSAR_TXN_AUTH_PLUGIN")
+    p.add_argument("--auth-params", default=default(os.environ.get("PULSAR_TXN_AUTH_PARAMS")),
+                   help="its parameters (token:…, file://…, env:VAR; a secret: prefer the "
+                        "environment variable PULSAR_TXN_AUTH_PARAMS)")
     return p
 
 
@@ -218,7 +224,15 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
         return 0
     if not args.service_url:
         ap.error("topic: --service-url (or PULSAR_TXN_SERVICE_URL) is required")
-    client = pulsar.Client(args.service_url, logger=quiet_logger())
+    from pulsar_txn.connection import authentication
+
+    try:
+        auth = authentication(args.auth_plugin, args.auth_params)
+    except PulsarTxnError as e:
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
+    client = pulsar.Client(args.service_url, logger=quiet_logger(),
+                           **({"authentication": auth} if auth else {}))
     topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"))
     try:
         if args.topic_cmd == "create":

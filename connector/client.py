@@ -331,15 +331,22 @@ class _GatedStream:
             dedupe = self._dedupe
             for raw in raws:
                 mid = raw.message_id()
+                expect = self._expect
+                if expect:  # a copy an abort asked for, however it comes: once
+                    key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                    if key in expect:
+                        expect.discard(key)
+                        if dedupe and last is not None and mid <= last:
+                            if received is None or received < mid:
+                                received = mid
+                            props = raw.properties()
+                            t = own_txn(props, dep)
+                            append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+                            continue
                 if dedupe and raw.redelivery_count() == 0:
                     if last is not None and mid <= last:
-                        expect = self._expect
-                        key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-                        if not expect or key not in expect:
-                            continue
-                        expect.discard(key)  # the copy an abort asked for
-                    else:
-                        last = mid
+                        continue
+                    last = mid
                 if received is None or received < mid:
                     received = mid
                 props = raw.properties()
@@ -555,6 +562,9 @@ class Consumer(_GatedStream):
             self.acks.acknowledge(txn.id, [message.position], cumulative=False)
         if self._track:
             self._handed.pop(message.position, None)
+        if self._expect:  # acked: a late copy of it is a duplicate again
+            p = message.position
+            self._expect.discard((p.ledger, p.entry, p.batch))
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         upto = message.position
@@ -602,6 +612,8 @@ class Consumer(_GatedStream):
         if not positions:
             return
         if self._dedupe:
+            if len(self._expect) > 100_000:  # copies that never came: forget them
+                self._expect.clear()
             self._expect.update((p.ledger, p.entry, p.batch) for p in positions)
         for p in positions:
             # the wrapper's negative_acknowledge takes only the native id

@@ -33,6 +33,11 @@ def naming(service_url: str, option: str = "service.url", what: str = "") -> Ite
     and the address (never a secret: the URL is redacted)."""
     try:
         yield
+    except BrokerUnavailable as e:  # from below (a scan): add what the user can fix
+        if "service.url" in str(e):
+            raise
+        raise BrokerUnavailable(f"{e} (the broker at {shown_url(service_url)}, option "
+                                f"'{option}')") from e
     except _transport_errors() as e:
         doing = f" while {what}" if what else ""
         raise BrokerUnavailable(
@@ -46,3 +51,84 @@ def check_reachable(client, service_url: str, topic: str, option: str = "service
     """One lookup, so a wrong address fails when a query starts, not in a task later."""
     with naming(service_url, option, f"looking up {topic}"):
         client.get_topic_partitions(topic)
+
+
+# ---- authentication (the names pulsar-spark and the Java client use) ----
+_TOKEN = ("token", "org.apache.pulsar.client.impl.auth.authenticationtoken")
+_TLS = ("tls", "org.apache.pulsar.client.impl.auth.authenticationtls")
+_OAUTH2 = ("oauth2", "org.apache.pulsar.client.impl.auth.oauth2.authenticationoauth2")
+PLUGIN_OPTION = "pulsar.client.authPluginClassName"
+PARAMS_OPTION = "pulsar.client.authParams"
+
+
+def _token(params: str) -> str:
+    """``token:<jwt>``, ``file:///path``, ``env:VAR`` or the bare token."""
+    import os
+
+    from pulsar_txn.errors import ConfigError
+
+    params = params.strip()
+    if params.startswith("token:"):
+        return params[len("token:"):]
+    if params.startswith("file:"):
+        path = params[len("file://"):] if params.startswith("file://") else params[5:]
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError as e:
+            raise ConfigError(f"option '{PARAMS_OPTION}': cannot read the token file {path} "
+                              f"({e.strerror})") from None
+    if params.startswith("env:"):
+        value = os.environ.get(params[4:])
+        if not value:
+            raise ConfigError(f"option '{PARAMS_OPTION}': environment variable "
+                              f"{params[4:]} is not set")
+        return value
+    return params
+
+
+def _tls(params: str) -> tuple[str, str]:
+    """``tlsCertFile:/c.pem,tlsKeyFile:/k.pem`` (the Java form) or that as JSON."""
+    import json
+
+    from pulsar_txn.errors import ConfigError
+
+    try:
+        parsed = (json.loads(params) if params.strip().startswith("{") else
+                  dict(kv.split(":", 1) for kv in params.split(",") if kv.strip()))
+        return parsed["tlsCertFile"].strip(), parsed["tlsKeyFile"].strip()
+    except (ValueError, KeyError, AttributeError):
+        raise ConfigError(f"option '{PARAMS_OPTION}': TLS authentication needs "
+                          "'tlsCertFile:<path>,tlsKeyFile:<path>'") from None
+
+
+def authentication(plugin: str | None, params: str | None):
+    """A pulsar-client authentication object from a plugin name and its parameters,
+    or None. Errors name the options, never the parameters (they hold secrets)."""
+    import pulsar
+
+    from pulsar_txn.errors import ConfigError
+
+    if not plugin:
+        if params:
+            raise ConfigError(f"option '{PARAMS_OPTION}' is set but '{PLUGIN_OPTION}' is not")
+        return None
+    kind = plugin.strip().lower()
+    if kind in _TOKEN:
+        return pulsar.AuthenticationToken(_token(params or ""))
+    if kind in _TLS:
+        return pulsar.AuthenticationTLS(*_tls(params or ""))
+    if kind in _OAUTH2:
+        if not params:
+            raise ConfigError(f"option '{PARAMS_OPTION}': OAuth2 needs its JSON parameters "
+                              "(type, issuerUrl, privateKey, audience)")
+        return pulsar.AuthenticationOauth2(params)
+    raise ConfigError(f"option '{PLUGIN_OPTION}' is {plugin!r}; supported: token, tls, "
+                      "oauth2 or their Java class names")
+
+
+def bearer_token(plugin: str | None, params: str | None) -> str | None:
+    """The token for the broker's REST admin API (token authentication only)."""
+    if plugin and plugin.strip().lower() in _TOKEN:
+        return _token(params or "")
+    return None

@@ -47,10 +47,11 @@ def normalize_topic(topic: str) -> str:
     if scheme != "persistent":
         raise ConfigError(f"topic {topic!r}: only persistent:// topics carry transactions")
     parts = rest.split("/")
-    if len(parts) != 3:
+    if len(parts) not in (3, 4):  # 4: a v1 name, persistent://tenant/cluster/ns/name
         raise ConfigError(f"topic {topic!r} is not 'persistent://tenant/namespace/name'")
-    tenant, ns, local = parts
-    for what, name in (("tenant", tenant), ("namespace", ns)):
+    *scope, local = parts
+    for what, name in zip(("tenant", "cluster" if len(scope) == 3 else "namespace",
+                           "namespace"), scope):
         if not _NAMED.fullmatch(name):
             raise ConfigError(f"topic {topic!r}: {what} {name!r} may hold only letters, "
                               "digits and - _ = : .")
@@ -292,9 +293,27 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                         f"reading after {_fmt(last or start)} up to the planned {_fmt(end)}; "
                         "the range is not skipped (whatever failOnDataLoss says): it is "
                         "read again once the broker is back") from None
-                msg = (f"{segment}: no entry after {_fmt(last or start)} within {timeout_ms} "
-                       f"ms although {_fmt(end)} was planned: its data is gone (deleted "
-                       "topic or ledgers). Set failOnDataLoss=false to skip lost ranges.")
+                # connected, yet nothing came: lost only if the topic now ends at or
+                # before where this scan is; entries beyond it that do not arrive are a
+                # stall (bookies, a topic load, a bundle move), never skipped
+                at = last or start
+                try:
+                    lac = last_entry_strict(client, segment)
+                except ProbeFailed as e:
+                    raise BrokerUnavailable(
+                        f"{segment}: no entry after {_fmt(at)} within {timeout_ms} ms and the "
+                        f"broker cannot say whether the data still exists ({e}); the range "
+                        "is not skipped") from None
+                if lac is not None and lac > (at[0], at[1]):
+                    raise BrokerUnavailable(
+                        f"{segment}: entries after {_fmt(at)} exist (the last is "
+                        f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
+                        "range is not skipped: it is read again") from None
+                msg = (f"{segment}: no entry after {_fmt(at)} within {timeout_ms} "
+                       f"ms although {_fmt(end)} was planned, and the topic now ends "
+                       f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
+                       "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
+                       "lost ranges.")
                 if fail_on_data_loss:
                     raise DataLoss(msg) from None
                 log.warning("%s (failOnDataLoss=false: skipped)", msg)
@@ -304,6 +323,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             if last is not None and pos <= last:
                 continue  # a redelivery (pulsar-lite duplicates unbatched topics)
             last = pos
+            reconnects = 0  # progress: the reconnect budget is per stretch without it
             if pos <= start:
                 continue
             if pos > end:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 import urllib.request
 
+import pytest
+
+from pulsar_txn.errors import PulsarTxnError, TxnTimedOut
 from pulsar_txn.harness.ports import free_port
 from pulsar_txn.records import SinkBatch, sink_owner
 
@@ -48,19 +51,25 @@ def test_metrics_count_commits_aborts_timeouts_and_show_what_holds_readers(
         sink_txn = client.coordinator.new_transaction(owner=owner)
         client.store.bind_sink("query-m", "qid-m")
         client.coordinator.commit(sink_txn.txn_id, sink=SinkBatch("query-m", "qid-m", 7))
-        while client.store.server_time_ms() <= expired.header.deadline_ms:
+        late = client.new_transaction(timeout_ms=100)
+        client.coordinator.commit(sink_txn.txn_id, sink=SinkBatch("query-m", "qid-m", 7))
+        while client.store.server_time_ms() <= late.header.deadline_ms:
             time.sleep(0.02)
+        with pytest.raises(TxnTimedOut):  # a commit past the deadline: aborted, timed out
+            client.coordinator.commit(late.id)
+        with pytest.raises(PulsarTxnError):  # asked again: refused, counted once
+            client.coordinator.commit(late.id)
         assert client.coordinator.sweep_timeouts() == [expired.id]
         client.coordinator.sweep_materialize()
         m = _scrape(port)
-        assert m["pulsar_txn_created_total"] == 3 + 2 + 1 + 1 + 1
-        assert m["pulsar_txn_committed_total"] == 3 + 1
-        assert m["pulsar_txn_aborted_total"] == 2 + 1
-        assert m["pulsar_txn_timeout_total"] == 1
+        assert m["pulsar_txn_created_total"] == 3 + 2 + 1 + 1 + 1 + 1
+        assert m["pulsar_txn_committed_total"] == 3 + 1  # the repeated commit not twice
+        assert m["pulsar_txn_aborted_total"] == 2 + 1 + 1
+        assert m["pulsar_txn_timeout_total"] == 1 + 1
         assert m["pulsar_txn_active_count"] == 1
         assert m["pulsar_txn_oldest_open_age_seconds"] > 0
         assert m["pulsar_txn_metadata_store_unmaterialized"] == 0
-        assert m["pulsar_txn_metadata_store_gc_backlog"] == 3 + 2 + 1 + 1
+        assert m["pulsar_txn_metadata_store_gc_backlog"] == 3 + 2 + 1 + 1 + 1
         seg = f'segment="{p.segment}"'
         assert m[f"pulsar_txn_segment_open_writes{{{seg}}}"] == 1
         assert m[f"pulsar_txn_segment_gate_lag_entries{{{seg}}}"] == 3  # held, after-1, -2

@@ -189,7 +189,12 @@ class PulsarStandalone:
     kind = "standalone"
 
     def __init__(self, workdir: pathlib.Path, java: str = "java", heap: str = "768m",
-                 direct_memory: str = "256m") -> None:
+                 direct_memory: str = "256m", extra_conf: str = "",
+                 client_token: str | None = None) -> None:
+        """``extra_conf``: lines appended to standalone.conf (e.g. authentication);
+        ``client_token``: the token the readiness check connects with."""
+        self.extra_conf = extra_conf
+        self.client_token = client_token
         self.workdir = pathlib.Path(workdir).resolve()
         self.java = java
         self.heap = heap
@@ -243,7 +248,7 @@ class PulsarStandalone:
         conf.write_text(_resource("standalone.conf").format(
             broker_port=self.broker_port, web_port=self.web_port,
             bookie_port=self.bookie_port, data_dir=data_dir,
-        ))
+        ) + "\n" + self.extra_conf + "\n")
         log4j = self.workdir / "log4j2.properties"
         level = os.environ.get("PULSAR_TXN_STANDALONE_LOG_LEVEL", "info")
         log4j.write_text(LOG4J2_PROPERTIES.format(level=level))
@@ -292,9 +297,11 @@ class PulsarStandalone:
             if not _port_open(self.broker_port):
                 time.sleep(0.25)
                 continue
+            auth = ({"authentication": pulsar.AuthenticationToken(self.client_token)}
+                    if self.client_token else {})
             client = pulsar.Client(
                 self.service_url, operation_timeout_seconds=10, connection_timeout_ms=3000,
-                logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, client_log),
+                logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, client_log), **auth,
             )
             try:
                 producer = client.create_producer(READY_TOPIC, send_timeout_millis=10_000)

@@ -23,11 +23,28 @@ SOURCE = COMMON | {"transaction.retention.ms",
                    "minpartitions", "subscription", "admin.url"}
 
 
+# Authentication, as pulsar-spark names it (values are secrets: never shown).
+AUTH_PLUGIN, AUTH_PARAMS = "pulsar.client.authpluginclassname", "pulsar.client.authparams"
+
 # Spark lower-cases option keys; errors name them as the docs spell them.
 DOCUMENTED = {n.lower(): n for n in (
+    "pulsar.client.authPluginClassName", "pulsar.client.authParams",
     "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
     "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
     "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation")}
+
+
+def client_kwargs(opts) -> dict:
+    """pulsar.Client keyword arguments of source or sink options, with the
+    authentication object built here (options travel to executors as strings)."""
+    from pulsar_txn.client import quiet_logger
+    from pulsar_txn.connection import authentication
+
+    kw = {"logger": quiet_logger(), **opts.client}
+    auth = authentication(opts.auth_plugin, opts.auth_params)
+    if auth is not None:
+        kw["authentication"] = auth
+    return kw
 
 
 def shown(key: str) -> str:
@@ -113,9 +130,11 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
     (``pulsar.producer.compression_type=LZ4``, any case).
     """
     sig = inspect.signature(target).parameters
-    params = set(sig) - {"self", "topic", "service_url"}
+    params = set(sig) - {"self", "topic", "service_url", "authentication"}
     out = {}
     for key, value in opts.items():
+        if key in (AUTH_PLUGIN, AUTH_PARAMS):
+            continue  # built into an authentication object where a client is made
         if key.startswith(prefix):
             name = key[len(prefix):]
             if name not in params:
@@ -177,6 +196,8 @@ class SinkOptions:
     sink_id: str | None = None
     producer: dict = field(default_factory=dict)
     client: dict = field(default_factory=dict)
+    auth_plugin: str | None = field(default=None, repr=False)
+    auth_params: str | None = field(default=None, repr=False)  # a secret: never shown
     rebind: bool = False  # sink.id.rebind: move an explicit sink.id to this query
     retention_ms: int = 3_600_000  # transaction.retention.ms: GC of finalized txns
     transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
@@ -207,6 +228,7 @@ class SinkOptions:
             sink_id=sink_id,
             producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
+            auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             fault=opts.get("sink.fault", ""),
             rebind=_bool(opts, "sink.id.rebind", False),
             retention_ms=_int(opts, "transaction.retention.ms", 3_600_000),
@@ -282,6 +304,8 @@ class SourceOptions:
     data_timeout_ms: int = 30_000  # how long a planned entry may take to arrive
     min_partitions: int = 1
     client: dict = field(default_factory=dict)
+    auth_plugin: str | None = field(default=None, repr=False)
+    auth_params: str | None = field(default=None, repr=False)  # a secret: never shown
     reader: dict = field(default_factory=dict)
     max_bytes: int | None = None
     pattern: str | None = None  # topicsPattern: re-resolved at every trigger
@@ -360,6 +384,7 @@ class SourceOptions:
             data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
             min_partitions=_int(opts, "minpartitions", 1, minimum=1),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
+            auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             reader=_passthrough(opts, "pulsar.reader.", _reader_settings),
             max_bytes=_int(opts, "maxbytespertrigger", None, minimum=1),
             pattern=pattern, subscription=subscription,

@@ -23,7 +23,7 @@ from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError,
 from pulsar_txn.records import SinkBatch, TxnId, sink_owner
 from pulsar_txn.state import TxnState
 
-from .options import SinkOptions, default_sink_id
+from .options import SinkOptions, client_kwargs, default_sink_id
 
 log = logging.getLogger("pulsar_txn.spark.sink")
 if not log.handlers:  # Spark keeps a Python worker's stderr in the driver/executor log
@@ -194,13 +194,11 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
     """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
     import pulsar
 
-    from pulsar_txn.client import quiet_logger
     from pulsar_txn.connection import naming
     from pulsar_txn.topics import normalize_any
     from pulsar_txn.writer import WriterRun
 
-    client_kw = {"logger": quiet_logger(), **opts.client}
-    client = pulsar.Client(opts.service_url, **client_kw)
+    client = pulsar.Client(opts.service_url, **client_kwargs(opts))
     producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                    "max_pending_messages": 10_000, **opts.producer}
@@ -277,15 +275,13 @@ class StreamSinkWriter:
         the option and the address, not in every task after its timeout."""
         import pulsar
 
-        from pulsar_txn.client import quiet_logger
         from pulsar_txn.connection import check_reachable
         from pulsar_txn.topics import normalize_any
 
         topic = normalize_any(self.opts.topic) if self.opts.topic else None
         if topic is None or not topic.startswith("persistent://"):
             return
-        client = pulsar.Client(self.opts.service_url,
-                               **{"logger": quiet_logger(), **self.opts.client})
+        client = pulsar.Client(self.opts.service_url, **client_kwargs(self.opts))
         try:
             check_reachable(client, self.opts.service_url, topic)
         finally:

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.topics import WHOLE_ENTRY, DataLoss, scan  # noqa: F401  (DataLoss: API)
 
-from .options import SourceOptions
+from .options import SourceOptions, client_kwargs
 
 log = logging.getLogger("pulsar_txn.spark.source")
 
@@ -92,18 +92,20 @@ class Planner:
         import pulsar
 
         from pulsar_txn.buffer import TransactionBuffer, max_read_position
-        from pulsar_txn.client import quiet_logger
         from pulsar_txn.connection import check_reachable
         from pulsar_txn.coordinator import TransactionCoordinator
         from pulsar_txn.metastore import open_store
 
         self.opts = opts
         self.store = open_store(opts.metastore_url, namespace=opts.namespace)
-        self.pulsar = pulsar.Client(opts.service_url, **{"logger": quiet_logger(),
-                                                         **opts.client})
+        self.pulsar = pulsar.Client(opts.service_url, **client_kwargs(opts))
         named = [t for t in opts.topics if t.startswith("persistent://")]
         if named:  # a wrong address fails as the query starts, naming the option
-            check_reachable(self.pulsar, opts.service_url, named[0])
+            try:
+                check_reachable(self.pulsar, opts.service_url, named[0])
+            except Exception:
+                self.close()
+                raise
         self._max_read_position = max_read_position
         self._topic_of: dict[str, str] = {}
         self._completing: dict[str, float] = {}
@@ -333,7 +335,6 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
     import pyarrow as pa
 
     from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
-    from pulsar_txn.client import quiet_logger
     from pulsar_txn.connection import naming
     from pulsar_txn.errors import InvalidTxnId
     from pulsar_txn.metastore import open_store
@@ -346,7 +347,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         ("eventTime", pa.timestamp("us", tz="UTC")),
         ("properties", pa.map_(pa.string(), pa.string())), ("txnId", pa.string())])
     store = open_store(opts.metastore_url, namespace=opts.namespace)
-    client = pulsar.Client(opts.service_url, **{"logger": quiet_logger(), **opts.client})
+    client = pulsar.Client(opts.service_url, **client_kwargs(opts))
     tb = TransactionBuffer(store)
     watch = None
     try:

@@ -19,7 +19,7 @@ import pytest
 
 from pulsar_txn.errors import BrokerUnavailable, ConfigError
 
-pytestmark = pytest.mark.skipif(
+needs_reference_broker = pytest.mark.skipif(
     "standalone" not in os.environ.get("PULSAR_TXN_BROKERS", "standalone,lite"),
     reason="token authentication needs the reference broker (pulsar-lite has none)")
 
@@ -59,6 +59,7 @@ def secured(tmp_path_factory):
     broker.stop()
 
 
+@needs_reference_broker
 def test_client_api_connects_with_a_token_and_is_refused_without(secured, redis_server,
                                                                   namespace):
     import pulsar
@@ -85,6 +86,7 @@ def test_client_api_connects_with_a_token_and_is_refused_without(secured, redis_
         anonymous.close()
 
 
+@needs_reference_broker
 @pytest.mark.spark
 def test_spark_source_and_sink_authenticate_with_the_pulsar_spark_options(
         secured, spark, redis_server, namespace, tmp_path):
@@ -138,6 +140,7 @@ def test_authentication_options_are_checked_without_showing_the_secret():
     assert isinstance(BrokerUnavailable("x"), ConnectionError)
 
 
+@needs_reference_broker
 def test_cli_connects_with_a_token_from_the_environment(secured, redis_server, namespace):
     broker, token = secured
     env = {**os.environ, "PULSAR_TXN_AUTH_PLUGIN": "token",
@@ -150,3 +153,38 @@ def test_cli_connects_with_a_token_from_the_environment(secured, redis_server, n
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert token not in done.stdout + done.stderr
+
+
+def test_metastore_over_tls_with_an_acl_user(broker, tmp_path, topic_name):
+    """rediss:// with a CA file and an ACL user (the default user disabled): the client
+    works; a wrong password or a plain connection fails naming 'metastore.url' and
+    never showing the password."""
+    from pulsar_txn.client import PulsarTxnClient, read_all
+    from pulsar_txn.errors import PulsarTxnError
+    from pulsar_txn.harness.redis_server import RedisServer, tls_server_binary
+
+    if tls_server_binary() is None:
+        pytest.skip("no Redis server built with TLS here (apt-get install redis-server; "
+                    ".ci/run installs it)")
+    server = RedisServer(tmp_path / "redis", user="app", password="pw-0f-the-app",
+                         tls=True).start()
+    try:
+        assert server.url.startswith("rediss://app:")
+        client = PulsarTxnClient(broker.service_url, server.url, namespace="tls",
+                                 sweeper=False)
+        try:
+            t = topic_name()
+            with client.transaction() as txn:
+                client.create_producer(t).send(b"over-tls", txn=txn)
+            assert [m.value for m in read_all(client.create_reader(t), 500)] == [b"over-tls"]
+        finally:
+            client.close()
+        for url in (server.url.replace("pw-0f-the-app", "wrong-pw-123"),
+                    server.url.replace("rediss://", "redis://").split("?")[0]):
+            with pytest.raises(PulsarTxnError) as err:
+                PulsarTxnClient(broker.service_url, url, namespace="tls", sweeper=False)
+            msg = str(err.value)
+            assert "metastore.url" in msg
+            assert "pw-0f-the-app" not in msg and "wrong-pw-123" not in msg
+    finally:
+        server.stop()

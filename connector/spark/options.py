@@ -13,7 +13,8 @@ from pulsar_txn.errors import ConfigError
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
 SPARK = {"path", "checkpointlocation"}
-COMMON = {"service.url", "metastore.url", "metastore.namespace"} | SPARK
+COMMON = {"service.url", "metastore.url", "metastore.namespace",
+          "pulsar.client.authpluginclassname", "pulsar.client.authparams"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",
                  "transactional", "transaction.retention.ms"}
 SOURCE = COMMON | {"transaction.retention.ms",

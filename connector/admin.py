@@ -35,13 +35,15 @@ class AdminError(PulsarTxnError):
         self.status = status
 
 
-def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0) -> Any:
-    """One REST admin call; the broker's error text is kept, it says what went wrong."""
+def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
+                  token: str | None = None) -> Any:
+    """One REST admin call; the broker's error text is kept, it says what went wrong.
+    ``token``: sent as a bearer token (a broker with token authentication)."""
     data = b"" if method in ("POST", "PUT") else None
-    req = urllib.request.Request(
-        admin_url + path, data=data, method=method,
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(admin_url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             body = r.read()
@@ -53,16 +55,19 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0)
     return json.loads(body) if body.strip() else None
 
 
-def admin_terminate(admin_url: str, topic: str) -> tuple[int, int]:
+def admin_terminate(admin_url: str, topic: str, token: str | None = None) -> tuple[int, int]:
     """Terminate a topic (no more publishes); returns its last (ledgerId, entryId)."""
-    body = admin_request(admin_url, "POST", admin_topic_path(topic) + "/terminate")
+    body = admin_request(admin_url, "POST", admin_topic_path(topic) + "/terminate",
+                         token=token)
     if isinstance(body, dict) and "ledgerId" in body:
         return int(body["ledgerId"]), int(body["entryId"])
-    return admin_last_message_id(admin_url, topic)
+    return admin_last_message_id(admin_url, topic, token)
 
 
-def admin_last_message_id(admin_url: str, topic: str) -> tuple[int, int]:
-    body = admin_request(admin_url, "GET", admin_topic_path(topic) + "/lastMessageId")
+def admin_last_message_id(admin_url: str, topic: str,
+                          token: str | None = None) -> tuple[int, int]:
+    body = admin_request(admin_url, "GET", admin_topic_path(topic) + "/lastMessageId",
+                         token=token)
     return int(body["ledgerId"]), int(body["entryId"])
 
 

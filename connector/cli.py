@@ -233,7 +233,10 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
         return 2
     client = pulsar.Client(args.service_url, logger=quiet_logger(),
                            **({"authentication": auth} if auth else {}))
-    topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"))
+    from pulsar_txn.connection import bearer_token
+
+    topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"),
+                            admin_token=bearer_token(args.auth_plugin, args.auth_params))
     try:
         if args.topic_cmd == "create":
             topics.create(args.name, args.segments)

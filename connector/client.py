@@ -595,7 +595,8 @@ class Consumer(_GatedStream):
     def _cursor(self) -> Position | None:
         """The subscription's mark-delete position (admin internalStats), if known."""
         stats = admin_request(self._client.admin_url, "GET",
-                              admin_topic_path(self.segment) + "/internalStats")
+                              admin_topic_path(self.segment) + "/internalStats",
+                              token=self._client._admin_token)
         cursors = (stats or {}).get("cursors") or {}
         cur = cursors.get(self.subscription) or cursors.get(
             urllib.parse.quote(self.subscription, safe=""))
@@ -630,7 +631,8 @@ class PulsarTxnClient:
     def __init__(self, service_url: str, metastore_url: str, *, namespace: str = "ptxn",
                  partitions: int | None = None, sweeper: bool = True,
                  sweep_interval_s: float = 1.0, retention_ms: int = DEFAULT_RETENTION_MS,
-                 admin_url: str | None = None, seal_grace_ms: int = 300,
+                 admin_url: str | None = None, admin_token: str | None = None,
+                 seal_grace_ms: int = 300,
                  **pulsar_kwargs) -> None:
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
@@ -647,6 +649,7 @@ class PulsarTxnClient:
         if sweeper:
             self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
         self.admin_url = check_admin_url(admin_url)
+        self._admin_token = admin_token  # bearer token for the REST admin API; never shown
         self._seal_grace_ms = seal_grace_ms
         self._scalable = None
 
@@ -657,7 +660,7 @@ class PulsarTxnClient:
             from pulsar_txn.scalable import ScalableTopics
 
             self._scalable = ScalableTopics(self.store, self.pulsar, self.admin_url,
-                                            self._seal_grace_ms)
+                                            self._seal_grace_ms, self._admin_token)
         return self._scalable
 
     # ---- transactions ----

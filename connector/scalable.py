@@ -73,10 +73,11 @@ class ScalableTopics:
     """Admin operations and a watched layout cache for the scalable topics of one client."""
 
     def __init__(self, store: MetadataStore, client: pulsar.Client, admin_url: str | None = None,
-                 seal_grace_ms: int = 300) -> None:
+                 seal_grace_ms: int = 300, admin_token: str | None = None) -> None:
         self.store = store
         self.pulsar = client
         self.admin_url = admin_url
+        self.admin_token = admin_token
         self.seal_grace_ms = seal_grace_ms
         self._layouts: dict[str, Layout] = {}
         self._cond = threading.Condition()
@@ -227,7 +228,7 @@ class ScalableTopics:
 
     def _terminate(self, backing: str) -> tuple[int, int] | None:
         try:
-            ledger, entry = admin_terminate(self.admin_url, backing)
+            ledger, entry = admin_terminate(self.admin_url, backing, self.admin_token)
         except AdminError as e:
             if e.status != 404:
                 raise

@@ -188,3 +188,31 @@ def test_metastore_over_tls_with_an_acl_user(broker, tmp_path, topic_name):
             assert "pw-0f-the-app" not in msg and "wrong-pw-123" not in msg
     finally:
         server.stop()
+
+
+@needs_reference_broker
+def test_admin_calls_carry_the_token(secured, redis_server, namespace):
+    """The REST admin API of a secured broker needs the token too: sealing a segment
+    (split) terminates its backing topic through it."""
+    import pulsar
+
+    from pulsar_txn.admin import AdminError, admin_request
+    from pulsar_txn.client import PulsarTxnClient
+
+    broker, token = secured
+    with pytest.raises(AdminError) as err:  # without the token: refused
+        admin_request(broker.admin_url, "GET", "/admin/v2/clusters")
+    assert err.value.status == 401
+    client = PulsarTxnClient(broker.service_url, redis_server.url, namespace=namespace,
+                             sweeper=False, authentication=pulsar.AuthenticationToken(token),
+                             admin_url=broker.admin_url, admin_token=token)
+    try:
+        name = f"topic://public/default/auth-seal-{uuid.uuid4().hex[:8]}"
+        client.scalable.create(name, segments=2)
+        client.create_producer(name).send(b"x", key="k")
+        client.scalable.split(name, 0)
+        sealed = [s for s in client.scalable.describe(name)["segments"] if s["id"] == 0][0]
+        assert sealed["state"] != "ACTIVE"
+        assert sealed.get("end") not in (None, "")
+    finally:
+        client.close()

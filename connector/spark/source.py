@@ -158,7 +158,8 @@ class Planner:
                     "(the broker's REST admin URL) to list them; pulsar-lite has none: use "
                     "'topics' or topic:// scalable topics")
             listed = admin_request(self.opts.admin_url, "GET",
-                                   f"/admin/v2/persistent/{m.group(2)}/{m.group(3)}") or []
+                                   f"/admin/v2/persistent/{m.group(2)}/{m.group(3)}",
+                                   token=self._admin_token()) or []
             names |= {t for t in listed if not _SEGMENT.match(t) or not self.topic_of(t)
                       .startswith("topic://")}
         return tuple(sorted(n for n in names if pat.fullmatch(n)))
@@ -206,7 +207,8 @@ class Planner:
         from pulsar_txn.scalable import ScalableTopics
 
         try:
-            ScalableTopics(self.store, self.pulsar, self.opts.admin_url).complete_seals(
+            ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
+                           admin_token=self._admin_token()).complete_seals(
                 name, wait=False)
         except PulsarTxnError as e:
             log.warning("completing the seal of %s failed (retried): %s", name, e)
@@ -318,6 +320,11 @@ class Planner:
         # fixed end (a batched last entry read message by message ends at a batch
         # index, which would never count as "read to the end")
         return end, n, size
+
+    def _admin_token(self) -> str | None:
+        from pulsar_txn.connection import bearer_token
+
+        return bearer_token(self.opts.auth_plugin, self.opts.auth_params)
 
     def close(self) -> None:
         self.pulsar.close()

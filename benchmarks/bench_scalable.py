@@ -100,7 +100,7 @@ def _keys_for(lay) -> list[str]:
     n = 0
     while any(v is None for v in want.values()):
         k = f"k{n}"
-        sid = lay.route(key_hash(k)).id
+        sid = lay.route(key_hash(k, lay.hash_fn)).id
         if want[sid] is None:
             want[sid] = k
         n += 1

@@ -193,6 +193,11 @@ def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
                       parents=common)
     c.add_argument("name", help="topic://tenant/namespace/name")
     c.add_argument("--segments", type=int, default=1)
+    c.add_argument("--hash", choices=["murmur3", "murmur3-low16", "crc32"],
+                   default="murmur3",
+                   help="how keys map to segments (recorded with the layout): murmur3 "
+                        "(upstream Pulsar's v5 rule, the high 16 bits; default), "
+                        "murmur3-low16 (upstream's earlier spec), crc32 (earlier releases)")
     d = ts.add_parser("describe", help="segments, ranges, states and entries per segment",
                       parents=common)
     d.add_argument("name")
@@ -239,7 +244,7 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
                             admin_token=bearer_token(args.auth_plugin, args.auth_params))
     try:
         if args.topic_cmd == "create":
-            topics.create(args.name, args.segments)
+            topics.create(args.name, args.segments, args.hash)
         elif args.topic_cmd == "split":
             topics.split(args.name, args.segment, args.at)
         elif args.topic_cmd == "merge":

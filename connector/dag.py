@@ -31,12 +31,67 @@ SCHEME = "topic://"
 _NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
 
 
-def key_hash(key: str | bytes | None) -> int:
-    """The key's point in the hash space (CRC-32, the same in every process)."""
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3 x86_32, the function upstream Pulsar's clients hash keys with."""
+    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+    h = seed & mask
+    n = len(data)
+    tail = n - n % 4
+    for i in range(0, tail, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & mask
+        h = (h * 5 + 0xE6546B64) & mask
+    k = 0
+    rest = n & 3
+    if rest == 3:
+        k ^= data[tail + 2] << 16
+    if rest >= 2:
+        k ^= data[tail + 1] << 8
+    if rest >= 1:
+        k ^= data[tail]
+        k = (k * c1) & mask
+        k = ((k << 15) | (k >> 17)) & mask
+        k = (k * c2) & mask
+        h ^= k
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & mask
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & mask
+    h ^= h >> 16
+    return h
+
+
+# How a layout maps keys to its hash space. A layout records its function: topics
+# created before it was recorded keep CRC-32 (their keys stay where they are).
+# New topics use upstream Pulsar's current rule (PIP-486, the v5 client's
+# SegmentRouter and ScalableTopicHashing): the HIGH 16 bits of the raw Murmur3_32
+# of the key's UTF-8 bytes. 'murmur3-low16' is the earlier rule of upstream's
+# client-behavior spec (PIP-468: makeHash(key) & 0xFFFF), kept for topics made by
+# clients that follow it.
+HASH_FUNCTIONS = {
+    "murmur3": lambda data: murmur3_32(data) >> 16,
+    "murmur3-low16": lambda data: murmur3_32(data) & (HASH_SPACE - 1),
+    "crc32": lambda data: zlib.crc32(data) % HASH_SPACE,
+}
+DEFAULT_HASH = "murmur3"
+LEGACY_HASH = "crc32"  # a layout with no recorded function
+
+
+def key_hash(key: str | bytes | None, fn: str = DEFAULT_HASH) -> int:
+    """The key's point in the hash space under the layout's function ``fn``."""
     if key is None:
         raise ValueError("unkeyed messages are spread, not hashed")
     data = key.encode() if isinstance(key, str) else bytes(key)
-    return zlib.crc32(data) % HASH_SPACE
+    try:
+        return HASH_FUNCTIONS[fn](data)
+    except KeyError:
+        raise ConfigError(f"unknown key hash function {fn!r}; known: "
+                          f"{', '.join(HASH_FUNCTIONS)}") from None
 
 
 def normalize_scalable(name: str) -> str:
@@ -120,6 +175,7 @@ class Layout:
     epoch: int
     segments: dict[int, Segment] = field(default_factory=dict)
     version: int = 0  # grows with every change, ends fixed included
+    hash_fn: str = DEFAULT_HASH  # recorded at creation; LEGACY_HASH if none was
 
     @property
     def name(self) -> str:

@@ -39,6 +39,7 @@ import pulsar
 
 from pulsar_txn.admin import AdminError, admin_terminate
 from pulsar_txn.dag import (
+    DEFAULT_HASH,
     Layout,
     Segment,
     initial_segments,
@@ -64,9 +65,9 @@ def read_layout(store: MetadataStore, topic: str) -> Layout | None:
     raw = store.get_layout(normalize_scalable(topic))
     if raw is None:
         return None
-    epoch, _next, segs, version = raw
+    epoch, _next, segs, version, hash_fn = raw
     return Layout(normalize_scalable(topic), epoch,
-                  {i: Segment.from_json(v) for i, v in segs.items()}, version)
+                  {i: Segment.from_json(v) for i, v in segs.items()}, version, hash_fn)
 
 
 class ScalableTopics:
@@ -88,8 +89,13 @@ class ScalableTopics:
     def _read(self, topic: str) -> Layout:
         lay = read_layout(self.store, topic)
         if lay is None:
-            raise TopicNotFound(f"scalable topic topic://{topic} does not exist "
-                                "(create it: pulsar-txn topic create)")
+            raise TopicNotFound(
+                f"topic://{topic} is not a pulsar-txn scalable topic: no layout for it in "
+                f"metastore namespace {self.store.keys.ns!r}. pulsar-txn reads and writes "
+                "its own topic:// topics (create one: pulsar-txn topic create, or "
+                "client.scalable.create) and plain persistent:// topics; Apache Pulsar "
+                "5.0's native scalable topics are served by its Java v5 client and are "
+                "not supported here")
         return lay
 
     def layout(self, name: str, refresh: bool = False) -> Layout:
@@ -149,14 +155,20 @@ class ScalableTopics:
             raise SegmentSealed(f"segment {segment_id} of topic://{topic} is sealed")
 
     # ---- admin ----
-    def create(self, name: str, segments: int = 1) -> Layout:
+    def create(self, name: str, segments: int = 1, hash_fn: str = DEFAULT_HASH) -> Layout:
+        """``hash_fn``: how keys map to segments, recorded with the layout: 'murmur3'
+        (upstream Pulsar's v5 rule, the default), 'murmur3-low16' (upstream's earlier
+        spec) or 'crc32' (this project's before)."""
         topic = normalize_scalable(name)
+        key_hash("", hash_fn)  # an unknown function is refused before anything exists
         segs = initial_segments(topic, segments)
         for s in segs:
             self._touch(s.backing)
-        if not self.store.create_topic(topic, [s.to_json() for s in segs], len(segs)):
+        if not self.store.create_topic(topic, [s.to_json() for s in segs], len(segs),
+                                       hash_fn):
             existing = self._read(topic)
-            if len(existing.segments) != segments or existing.epoch != 1:
+            if (len(existing.segments) != segments or existing.epoch != 1
+                    or existing.hash_fn != hash_fn):
                 raise ConfigError(f"topic://{topic} exists already with another layout")
         return self.layout(topic, refresh=True)
 
@@ -252,7 +264,7 @@ class ScalableTopics:
             if count_entries:
                 row["entries"] = count_backing_entries(self.pulsar, s.backing)
             rows.append(row)
-        return {"topic": lay.name, "epoch": lay.epoch, "segments": rows}
+        return {"topic": lay.name, "epoch": lay.epoch, "hash": lay.hash_fn, "segments": rows}
 
     def close(self) -> None:
         if self._watch is not None:
@@ -329,7 +341,7 @@ class ScalableProducer:
         if key is None:
             active = self._layout.active()
             return active[next(self._spread) % len(active)]
-        return self._layout.route(key_hash(key))
+        return self._layout.route(key_hash(key, self._layout.hash_fn))
 
     def _sub(self, seg: Segment) -> _SegmentProducer:
         sub = self._subs.get(seg.id)

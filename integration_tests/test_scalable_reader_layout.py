@@ -63,7 +63,7 @@ def test_reader_moves_on_after_an_empty_segment_is_merged_away(sclient, scalable
     topics = sclient.scalable
     lay = topics.create(scalable_name, segments=2)
     producer = sclient.create_producer(scalable_name)
-    keys1 = [k for k in KEYS if lay.route(key_hash(k)).id == 1]
+    keys1 = [k for k in KEYS if lay.route(key_hash(k, lay.hash_fn)).id == 1]
     assert keys1 and len(keys1) < len(KEYS)
     before = _send(producer, "before", keys1)        # segment 0 receives nothing
     reader = sclient.create_reader(scalable_name)

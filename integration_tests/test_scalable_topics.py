@@ -250,3 +250,39 @@ def test_reader_finishes_a_seal_whose_admin_stopped_half_way(sclient, scalable_n
     got = list(read_all(sclient.create_reader(scalable_name), idle_ms=2500))
     assert _by_key(got) == {"k": list(range(6))}
     assert topics.layout(scalable_name, refresh=True).segments[0].end is not None
+
+
+def _landed(client, name: str, keys: list[str]) -> dict[str, int]:
+    """Send one message per key; the segment each one was stored in."""
+    producer = client.create_producer(name)
+    for k in keys:
+        producer.send(k.encode(), key=k)
+    producer.flush()
+    layout = client.scalable.layout(name, refresh=True)
+    got = list(read_all(client.create_reader(name), 800))
+    return {m.key: layout.by_backing(m.topic).id for m in got}
+
+
+def test_keys_route_by_upstreams_rule_and_old_layouts_keep_theirs(sclient, make_client,
+                                                                 scalable_name):
+    """New layouts record Murmur3_32(key) >>> 16 (upstream's v5 client rule) and route by
+    it; a layout created before the function was recorded keeps CRC-32, so its keys
+    stay in the segments they were written to (migration is explicit: a new topic)."""
+    from pulsar_txn.dag import key_hash, murmur3_32
+
+    keys = [f"key-{i}" for i in range(40)]
+    lay = sclient.scalable.create(scalable_name, segments=4)
+    assert lay.hash_fn == "murmur3"
+    assert sclient.scalable.describe(scalable_name, count_entries=False)["hash"] == "murmur3"
+    landed = _landed(sclient, scalable_name, keys)
+    assert landed == {k: lay.route(murmur3_32(k.encode()) >> 16).id for k in keys}
+    legacy = scalable_name + "-old"
+    sclient.scalable.create(legacy, segments=4)
+    topic = legacy[len("topic://"):]
+    sclient.store.r.hdel(sclient.store.keys.topic_dag(topic), "hash")  # an earlier release's
+    later = make_client(admin_url=sclient.admin_url)
+    old = later.scalable.layout(legacy, refresh=True)
+    assert old.hash_fn == "crc32"
+    landed = _landed(later, legacy, keys)
+    assert landed == {k: old.route(key_hash(k, "crc32")).id for k in keys}
+    assert landed != {k: old.route(key_hash(k, "murmur3")).id for k in keys}

@@ -687,25 +687,30 @@ class RedisMetadataStore:
 
     # ---- scalable topics (segment DAG) ----
     @_translate
-    def create_topic(self, topic: str, segments: Sequence[str], next_id: int) -> bool:
-        """Create the DAG at epoch 1; False if the topic already exists."""
+    def create_topic(self, topic: str, segments: Sequence[str], next_id: int,
+                     hash_fn: str = "murmur3") -> bool:
+        """Create the DAG at epoch 1 with its key hash function; False if the topic
+        already exists."""
         k = self.keys
         res = self._s["create_topic"](keys=[k.topic_dag(topic), k.topic_events(topic)],
-                                      args=[self.event_maxlen, next_id, *segments])
+                                      args=[self.event_maxlen, next_id, hash_fn, *segments])
         self.r.sadd(k.topics(), topic)  # listing aid only: the DAG above is the truth
         return res[0] == "OK"
 
     @_translate
-    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int] | None:
-        """(epoch, next segment id, {id: descriptor JSON}, version) in one read, or None.
+    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int, str] | None:
+        """(epoch, next segment id, {id: descriptor JSON}, version, key hash function)
+        in one read, or None.
 
         The version grows with every change (split, merge, end fixed), so a cache
-        can tell the newer of two reads even within one epoch."""
+        can tell the newer of two reads even within one epoch. A topic created before
+        the hash function was recorded reads as 'crc32' (what it was routed by)."""
         raw = self.r.hgetall(self.keys.topic_dag(topic))
         if not raw:
             return None
         segs = {int(f[4:]): v for f, v in raw.items() if f.startswith("seg:")}
-        return int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0))
+        return (int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0)),
+                raw.get("hash", "crc32"))
 
     @_translate
     def get_segment(self, topic: str, segment_id: int) -> str | None:

@@ -76,8 +76,31 @@ def test_read_order_puts_every_parent_before_its_children():
 
 
 def test_key_hash_is_stable_across_processes():
-    # CRC-32 (not Python's salted hash): every producer and reader agrees
-    assert key_hash("customer-1") == key_hash(b"customer-1") == 0xDC7D
+    # not Python's salted hash: every producer and reader agrees
+    assert key_hash("customer-1", "crc32") == key_hash(b"customer-1", "crc32") == 0xDC7D
+    assert key_hash("customer-1") == key_hash(b"customer-1")
+
+
+def test_murmur3_matches_the_published_vectors_and_routes_like_upstream():
+    """MurmurHash3 x86_32 reference vectors (seed 0 is what Pulsar's Murmur3_32Hash
+    uses). Upstream's current rule (PIP-486, v5 SegmentRouter): segment hash = raw
+    Murmur3_32(key UTF-8) >>> 16, the default for new layouts; the earlier spec's
+    makeHash(key) & 0xFFFF is 'murmur3-low16'. Upstream has no fixed key vectors:
+    these follow from the reference hash values."""
+    from pulsar_txn.dag import murmur3_32
+
+    assert murmur3_32(b"") == 0
+    assert murmur3_32(b"", 1) == 0x514E28B7
+    assert murmur3_32(b"hello") == 0x248BFA47
+    assert murmur3_32(b"abc") == 0xB3DD93FA
+    assert murmur3_32(b"aaaa", 0x9747B28C) == 0x5A97808A
+    assert murmur3_32(b"Hello, world!", 1234) == 0xFAF6CDB3
+    assert murmur3_32(b"The quick brown fox jumps over the lazy dog", 0x9747B28C) == 0x2FA826CD
+    assert key_hash("hello") == 0x248B == key_hash("hello", "murmur3")
+    assert key_hash("hello", "murmur3-low16") == 0xFA47
+    assert key_hash("customer-99") == 0xD8FF and key_hash("order-42") == 0x4B11
+    assert key_hash("") == 0  # the empty key is hashed, not spread
+    assert key_hash("ключ") == murmur3_32("ключ".encode()) >> 16  # UTF-8 bytes
 
 
 def test_descriptor_json_round_trips_with_end():

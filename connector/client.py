@@ -682,6 +682,7 @@ class PulsarTxnClient:
                 from pulsar_txn.scalable import ScalableProducer
 
                 return ScalableProducer(self, topic, **kwargs)
+            self._refuse_partitioned(topic)
             return Producer(self, topic, **kwargs)
 
     def create_reader(self, topic: str, start: str | Position = "earliest", **kwargs) -> Reader:
@@ -691,6 +692,7 @@ class PulsarTxnClient:
                 from pulsar_txn.scalable import ScalableReader
 
                 return ScalableReader(self, topic, start, **kwargs)
+            self._refuse_partitioned(topic)
             return Reader(self, topic, start, **kwargs)
 
     def subscribe(self, topic: str, subscription: str, **kwargs) -> Consumer:
@@ -699,7 +701,22 @@ class PulsarTxnClient:
                               "supported yet; subscribe to a segment's backing topic, or read "
                               "with create_reader (DAG order)")
         with naming(self.service_url, what=f"subscribing to {topic}"):
+            self._refuse_partitioned(topic)
             return Consumer(self, topic, subscription, **kwargs)
+
+    def _refuse_partitioned(self, topic: str) -> None:
+        """A transaction registers, gates and classifies per segment, and a partition is
+        one; the client API works on them one at a time (the Spark source and sink
+        handle a partitioned topic whole)."""
+        from pulsar_txn.topics import partitions_of
+
+        name = normalize_topic(topic)
+        parts = partitions_of(self.pulsar, name)
+        if len(parts) > 1:
+            raise ConfigError(
+                f"topic {name!r} is partitioned ({len(parts)} partitions): the client API "
+                f"works per partition, e.g. {parts[0]!r}; the Spark source and sink read and "
+                "write a partitioned topic whole")
 
     # ---- participants ----
     def _register_ack_store(self, store: PendingAckStore) -> None:

@@ -340,3 +340,28 @@ def _close_quietly(reader) -> None:
         reader.close()
     except Exception as e:  # noqa: BLE001 - closing a dropped reader may fail; nothing to do
         log.debug("closing a reader failed: %s", e)
+
+
+# ---- partitioned topics ----
+_PARTITION = re.compile(r"-partition-\d+$")
+
+
+def partitions_of(client, topic: str) -> list[str]:
+    """A partitioned topic's partitions (``<topic>-partition-<i>``, in order), or
+    ``[topic]`` for a non-partitioned one. Each partition is a segment of its own:
+    transactions register, gate and classify per partition."""
+    if _PARTITION.search(topic):
+        return [topic]
+    names = list(client.get_topic_partitions(topic))
+    return names if len(names) > 1 or (names and names[0] != topic) else [topic]
+
+
+def partition_for(key: str | bytes | None, n: int, counter: int) -> int:
+    """Pulsar's cross-language routing for keyed messages (the Murmur3_32Hash
+    scheme: signSafeMod(makeHash(key), n)); unkeyed ones round-robin."""
+    if key is None:
+        return counter % n
+    from pulsar_txn.dag import murmur3_32
+
+    data = key.encode() if isinstance(key, str) else bytes(key)
+    return (murmur3_32(data) & 0x7FFFFFFF) % n

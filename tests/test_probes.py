@@ -56,6 +56,9 @@ class _Broker:
     def create_reader(self, topic: str, start, **_kw):
         return _Reader(self)
 
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return [topic]  # not partitioned
+
 
 class _Consumer:
     def __init__(self, broker: _Broker, topic: str, name: str) -> None:

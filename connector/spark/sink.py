@@ -195,7 +195,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
     import pulsar
 
     from pulsar_txn.connection import naming
-    from pulsar_txn.topics import normalize_any
+    from pulsar_txn.topics import normalize_any, partition_for, partitions_of
     from pulsar_txn.writer import WriterRun
 
     client = pulsar.Client(opts.service_url, **client_kwargs(opts))
@@ -204,6 +204,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                    "max_pending_messages": 10_000, **opts.producer}
     runs: dict[str, WriterRun] = {}
     scalable: _ScalableWrites | None = None
+    partitioned: dict[str, list[str]] = {}
     rows = 0
     try:
         default_topic = normalize_any(opts.topic) if opts.topic else None
@@ -242,6 +243,12 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                     scalable.send(topic, v, kw.get("partition_key"), p,
                                   kw.get("event_timestamp"))
                     continue
+                split = partitioned.get(topic)
+                if split is None:
+                    with naming(opts.service_url, what=f"looking up {topic}"):
+                        split = partitioned[topic] = partitions_of(client, topic)
+                if len(split) > 1:  # a partitioned topic: one writer-run per partition
+                    topic = split[partition_for(kw.get("partition_key"), len(split), rows + i)]
                 run = runs.get(topic)
                 if run is None:
                     with naming(opts.service_url, what=f"creating a producer on {topic}"):

@@ -179,7 +179,7 @@ class Planner:
         out: list[Unit] = []
         for name in self.resolve():
             if not name.startswith("topic://"):
-                out.append(Unit(name, name))
+                out += [Unit(name, p) for p in self.partitions(name)]
                 continue
             lay = self.layout(name)
             done = {s.id for s in lay.segments.values()
@@ -216,7 +216,7 @@ class Planner:
     def all_segments(self, name: str) -> list[Unit]:
         """Every segment of a topic (plain: itself), for starting positions."""
         if not name.startswith("topic://"):
-            return [Unit(name, name)]
+            return [Unit(name, p) for p in self.partitions(name)]
         out = []
         for s in self.layout(name).read_order():
             if s.active:
@@ -240,6 +240,8 @@ class Planner:
                 lay = read_layout(self.store, m.group(1))
                 if lay is not None and lay.by_backing(segment) is not None:
                     hit = f"topic://{m.group(1)}"
+            if hit == segment:  # a partition reads as its partitioned topic
+                hit = re.sub(r"-partition-\d+$", "", segment)
             self._topic_of[segment] = hit
         return hit
 
@@ -320,6 +322,14 @@ class Planner:
         # fixed end (a batched last entry read message by message ends at a batch
         # index, which would never count as "read to the end")
         return end, n, size
+
+    def partitions(self, name: str) -> list[str]:
+        """A partitioned topic reads as its partitions, each a segment with its own
+        offsets; partitions added later are found at a later trigger and read from
+        their start."""
+        from pulsar_txn.topics import partitions_of
+
+        return partitions_of(self.pulsar, name)
 
     def _admin_token(self) -> str | None:
         from pulsar_txn.connection import bearer_token

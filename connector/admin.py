@@ -51,7 +51,9 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
         detail = e.read().decode(errors="replace")[:500]
         raise AdminError(f"{method} {path}: HTTP {e.code}: {detail}", e.code) from None
     except (urllib.error.URLError, OSError) as e:
-        raise AdminError(f"{method} {admin_url}{path}: {e}") from None
+        from pulsar_txn.metastore.redis_store import redact_url
+
+        raise AdminError(f"{method} {redact_url(admin_url)}{path}: {e}") from None
     return json.loads(body) if body.strip() else None
 
 

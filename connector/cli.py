@@ -194,7 +194,7 @@ def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
     c.add_argument("name", help="topic://tenant/namespace/name")
     c.add_argument("--segments", type=int, default=1)
     c.add_argument("--hash", choices=["murmur3", "murmur3-low16", "crc32"],
-                   default="murmur3",
+                   default=None,
                    help="how keys map to segments (recorded with the layout): murmur3 "
                         "(upstream Pulsar's v5 rule, the high 16 bits; default), "
                         "murmur3-low16 (upstream's earlier spec), crc32 (earlier releases)")

@@ -115,7 +115,11 @@ def authentication(plugin: str | None, params: str | None):
         return None
     kind = plugin.strip().lower()
     if kind in _TOKEN:
-        return pulsar.AuthenticationToken(_token(params or ""))
+        raw = (params or "").strip()
+        _token(raw)  # checked now: a missing file or variable is a clear error here
+        if raw.startswith(("file:", "env:")):  # re-read on each (re)connect: rotation
+            return pulsar.AuthenticationToken(lambda: _token(raw))
+        return pulsar.AuthenticationToken(_token(raw))
     if kind in _TLS:
         return pulsar.AuthenticationTLS(*_tls(params or ""))
     if kind in _OAUTH2:

@@ -155,21 +155,24 @@ class ScalableTopics:
             raise SegmentSealed(f"segment {segment_id} of topic://{topic} is sealed")
 
     # ---- admin ----
-    def create(self, name: str, segments: int = 1, hash_fn: str = DEFAULT_HASH) -> Layout:
+    def create(self, name: str, segments: int = 1, hash_fn: str | None = None) -> Layout:
         """``hash_fn``: how keys map to segments, recorded with the layout: 'murmur3'
         (upstream Pulsar's v5 rule, the default), 'murmur3-low16' (upstream's earlier
         spec) or 'crc32' (this project's before)."""
         topic = normalize_scalable(name)
-        key_hash("", hash_fn)  # an unknown function is refused before anything exists
+        key_hash("", hash_fn or DEFAULT_HASH)  # an unknown function: refused up front
         segs = initial_segments(topic, segments)
         for s in segs:
             self._touch(s.backing)
         if not self.store.create_topic(topic, [s.to_json() for s in segs], len(segs),
-                                       hash_fn):
+                                       hash_fn or DEFAULT_HASH):
             existing = self._read(topic)
-            if (len(existing.segments) != segments or existing.epoch != 1
-                    or existing.hash_fn != hash_fn):
+            if len(existing.segments) != segments or existing.epoch != 1:
                 raise ConfigError(f"topic://{topic} exists already with another layout")
+            if hash_fn is not None and existing.hash_fn != hash_fn:  # asked explicitly
+                raise ConfigError(f"topic://{topic} exists already, routing keys by "
+                                  f"{existing.hash_fn!r}, not {hash_fn!r}; keys never move: "
+                                  "create a new topic to change it")
         return self.layout(topic, refresh=True)
 
     def split(self, name: str, segment_id: int, at: int | None = None) -> Layout:
@@ -178,8 +181,26 @@ class ScalableTopics:
     def merge(self, name: str, a: int, b: int) -> Layout:
         return self._change(name, lambda lay, nxt: plan_merge(lay, a, b, nxt))
 
+    def _check_admin(self) -> None:
+        """Before sealing anything: a broker whose admin API refuses our credentials
+        could never fence the sealed segment, which would then wait for its end
+        forever."""
+        if not self.admin_url:
+            return
+        from pulsar_txn.admin import AdminError, admin_request
+
+        try:
+            admin_request(self.admin_url, "GET", "/admin/v2/clusters", token=self.admin_token)
+        except AdminError as e:
+            if e.status in (401, 403):
+                raise ConfigError(
+                    f"the broker's admin API refused this client (HTTP {e.status}); pass its "
+                    "credentials (admin_token=, or the token authentication options); "
+                    "nothing was sealed") from None
+
     def _change(self, name: str, plan: Callable) -> Layout:
         topic = normalize_scalable(name)
+        self._check_admin()
         for _ in range(10):
             raw = self.store.get_layout(topic)
             if raw is None:

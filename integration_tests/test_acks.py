@@ -255,41 +255,41 @@ def _settle_elsewhere(client, consumer, txn, positions, cumulative=False):
     client.store.release_acks(txn.id, consumer.segment, "sub", keys, committed=True)
 
 
+def _acked_by_a_then_cumulatively_by_b(make_client, topic_name, cumulative: bool) -> None:
+    """A acks m1 (individually) or m0..m1 (cumulatively) under a txn that commits; B,
+    which got m0..m2 again after the switch, acks cumulatively up to m2 under another
+    txn: that must conflict with A's committed ack."""
+    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 3)
+    first = client.new_transaction()
+    if cumulative:
+        a.acknowledge_cumulative(a_msgs[1], txn=first)
+    else:
+        a.acknowledge(a_msgs[1], txn=first)
+    b = switch()  # A loses the subscription: its messages go to B
+    b_msgs = [b.receive(5000) for _ in range(3)]
+    assert [m.value for m in b_msgs] == [b"m0", b"m1", b"m2"]
+    _settle_elsewhere(client, a, first, [] if cumulative else [a_msgs[1].position],
+                      cumulative=cumulative)
+    second = client.new_transaction()
+    with pytest.raises(AckConflict) as err:
+        b.acknowledge_cumulative(b_msgs[2], txn=second)
+    assert err.value.holder == str(first.id) and err.value.committed
+    second.abort()
+
+
 def test_cumulative_ack_conflicts_with_a_redelivered_individually_acked_message(
         make_client, topic_name):
     """Invariant 7 across a Failover switch: A acked m1 under a committed txn; B got
     m0..m2 again and acks cumulatively up to m2 under another txn. m1's output would
     exist twice: the cumulative claim must conflict with m1's tombstone."""
-    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 3)
-    first = client.new_transaction()
-    a.acknowledge(a_msgs[1], txn=first)
-    b = switch()  # A loses the subscription: its messages go to B
-    b_msgs = [b.receive(5000) for _ in range(3)]
-    assert [m.value for m in b_msgs] == [b"m0", b"m1", b"m2"]
-    _settle_elsewhere(client, a, first, [a_msgs[1].position])
-    second = client.new_transaction()
-    with pytest.raises(AckConflict) as err:
-        b.acknowledge_cumulative(b_msgs[2], txn=second)
-    assert err.value.holder == str(first.id) and err.value.committed
-    second.abort()
+    _acked_by_a_then_cumulatively_by_b(make_client, topic_name, cumulative=False)
 
 
 def test_cumulative_ack_conflicts_with_a_redelivered_cumulatively_acked_message(
         make_client, topic_name):
-    """The same with A's cumulative ack: B got m0..m2 again, m0 and m1 were acked under
-    A's committed txn; B's cumulative ack up to m2 must conflict, though m2 is above
-    A's ack."""
-    client, a, a_msgs, switch = _consumer_switch(make_client, topic_name(), 3)
-    first = client.new_transaction()
-    a.acknowledge_cumulative(a_msgs[1], txn=first)
-    b = switch()
-    b_msgs = [b.receive(5000) for _ in range(3)]
-    _settle_elsewhere(client, a, first, [], cumulative=True)
-    second = client.new_transaction()
-    with pytest.raises(AckConflict) as err:
-        b.acknowledge_cumulative(b_msgs[2], txn=second)
-    assert err.value.holder == str(first.id) and err.value.committed
-    second.abort()
+    """The same with A's cumulative ack of m0..m1: B's cumulative ack up to m2 must
+    conflict, though m2 is above A's ack."""
+    _acked_by_a_then_cumulatively_by_b(make_client, topic_name, cumulative=True)
 
 
 def test_cumulative_ack_passes_tombstones_of_messages_it_was_not_given(

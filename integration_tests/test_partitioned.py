@@ -54,3 +54,6 @@ def test_spark_writes_and_reads_a_partitioned_topic_whole(spark, broker, redis_s
     where = {r.key: r.segment for r in got}
     assert len(set(where.values())) == 3  # spread over every partition
     assert where == {k: f"{topic}-partition-{partition_for(k, 3, 0)}" for k, _ in rows}
+    with pytest.raises(Exception, match="a partitioned topic"):  # positions per partition
+        (spark.read.format("pulsar-txn").options(**common)
+         .option("startingOffsets", json.dumps({topic: "0:0"})).load().collect())

@@ -177,6 +177,7 @@ def test_latest_start_of_the_spark_source_fails_when_the_last_entry_is_unknown()
     planner.pulsar = _Broker(last=pulsar.Timeout)
     planner.store = SimpleNamespace(open_writes=lambda segment: [])
     planner._max_read_position = max_read_position
+    planner._partitions, planner._topic_of = {}, {}
     source = StreamSource.__new__(StreamSource)
     source.opts = SimpleNamespace(starting="latest", starting_timestamp_ms=None)
     source._planner = planner

@@ -26,7 +26,7 @@ def tls_server_binary() -> str | None:
 
 def server_binary(tls: bool = False) -> str:
     explicit = os.environ.get("PULSAR_TXN_REDIS_SERVER")
-    if explicit:
+    if explicit and not tls:
         return explicit
     if tls:
         found = tls_server_binary()

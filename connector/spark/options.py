@@ -368,10 +368,11 @@ class SourceOptions:
         if ending == "earliest":
             raise ConfigError("option 'endingOffsets' cannot be 'earliest'")
         for offs, key in ((starting, "startingOffsets"), (ending, "endingOffsets")):
-            if isinstance(offs, dict) and pattern is None and not any(
-                    t.startswith("topic://") for t in topics) and set(offs) - set(topics):
+            unread = {t for t in offs if re.sub(r"-partition-\d+$", "", t) not in topics
+                      } if isinstance(offs, dict) else set()
+            if pattern is None and not any(t.startswith("topic://") for t in topics) and unread:
                 raise ConfigError(f"option {shown(key)!r} names topics that are not read: "
-                                  f"{sorted(set(offs) - set(topics))}")
+                                  f"{sorted(unread)}")
         return cls(
             service_url=service, metastore_url=metastore,
             namespace=opts.get("metastore.namespace") or "ptxn", topics=topics,

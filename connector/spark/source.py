@@ -108,6 +108,7 @@ class Planner:
                 raise
         self._max_read_position = max_read_position
         self._topic_of: dict[str, str] = {}
+        self._partitions: dict[str, list[str]] = {}
         self._completing: dict[str, float] = {}
         self._consumers: dict[str, bool] = {}  # segments whose subscription exists
         self._acked: dict[str, Pos] = {}
@@ -240,8 +241,6 @@ class Planner:
                 lay = read_layout(self.store, m.group(1))
                 if lay is not None and lay.by_backing(segment) is not None:
                     hit = f"topic://{m.group(1)}"
-            if hit == segment:  # a partition reads as its partitioned topic
-                hit = re.sub(r"-partition-\d+$", "", segment)
             self._topic_of[segment] = hit
         return hit
 
@@ -326,10 +325,31 @@ class Planner:
     def partitions(self, name: str) -> list[str]:
         """A partitioned topic reads as its partitions, each a segment with its own
         offsets; partitions added later are found at a later trigger and read from
-        their start."""
+        their start. A failed lookup plans with the last known partitions (they never
+        shrink): a broker blip must not end the query."""
         from pulsar_txn.topics import partitions_of
 
-        return partitions_of(self.pulsar, name)
+        known = self._partitions.get(name)
+        try:
+            found = partitions_of(self.pulsar, name)
+        except Exception as e:  # noqa: BLE001 - planning retries at the next trigger
+            if known is None:
+                raise
+            log.warning("partitions of %s unknown (%s); planning with the last known", name, e)
+            return known
+        if len(found) > 1:
+            for key, offs in (("startingOffsets", getattr(self.opts, "starting", None)),
+                              ("endingOffsets", getattr(self.opts, "ending", None))):
+                if isinstance(offs, dict) and name in offs:
+                    raise ConfigError(
+                        f"option {key!r} names {name}, a partitioned topic: give a position "
+                        f"per partition ({found[0]}, …), each is read on its own")
+        if known is None or len(found) >= len(known):
+            self._partitions[name] = found
+            for seg in found:
+                if seg != name:
+                    self._topic_of[seg] = name
+        return self._partitions[name]
 
     def _admin_token(self) -> str | None:
         from pulsar_txn.connection import bearer_token

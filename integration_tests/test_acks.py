@@ -17,16 +17,21 @@ def _fill(client, t, n):
         p.send(b"m%d" % i)
 
 
-def test_an_aborted_ack_hands_the_message_out_again(make_client, broker, topic_name):
-    """Abort releases a txn's acks and the same Exclusive consumer gets the messages
-    again (the broker rewinds; its copies must pass the consumer's duplicate filter)."""
+def _exclusive_that_redelivers(make_client, broker, topic_name):
+    """Two messages and an Exclusive consumer, on a broker that redelivers negative acks."""
     if broker.kind == "lite":
         pytest.skip("pulsar-lite 0.2 does not redeliver negatively acked messages on an "
                     "Exclusive subscription")
-    t = topic_name()
     client = make_client()
+    t = topic_name()
     _fill(client, t, 2)
-    c = client.subscribe(t, "sub")
+    return client, client.subscribe(t, "sub")
+
+
+def test_an_aborted_ack_hands_the_message_out_again(make_client, broker, topic_name):
+    """Abort releases a txn's acks and the same Exclusive consumer gets the messages
+    again (the broker rewinds; its copies must pass the consumer's duplicate filter)."""
+    client, c = _exclusive_that_redelivers(make_client, broker, topic_name)
     m0 = c.receive(5000)
     txn = client.new_transaction()
     c.acknowledge(m0, txn=txn)
@@ -406,13 +411,7 @@ def test_a_copy_handed_out_again_after_an_aborted_own_ack_is_checked_again(
     """The consumer's own individual ack exempts a message from its later cumulative
     ack only while that ack stands: after its txn aborted and the message came back,
     another txn's committed ack of it must conflict again."""
-    if broker.kind == "lite":
-        pytest.skip("pulsar-lite 0.2 does not redeliver negatively acked messages on an "
-                    "Exclusive subscription")
-    t = topic_name()
-    client = make_client()
-    _fill(client, t, 2)
-    c = client.subscribe(t, "sub")
+    client, c = _exclusive_that_redelivers(make_client, broker, topic_name)
     m0, m1 = c.receive(5000), c.receive(5000)
     aborted = client.new_transaction()
     c.acknowledge(m0, txn=aborted)

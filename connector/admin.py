@@ -9,9 +9,11 @@ API; callers then pass no admin URL and fall back as documented.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_txn.errors import ConfigError, PulsarTxnError
@@ -35,17 +37,59 @@ class AdminError(PulsarTxnError):
         self.status = status
 
 
+@dataclass(frozen=True)
+class AdminAuth:
+    """How a secured broker's REST admin API is reached: the same credentials and
+    TLS trust as the binary protocol (pulsar-client's names), so one set of
+    options configures both. The token is never shown (``repr`` leaves it out)."""
+
+    token: str | None = field(default=None, repr=False)
+    trust_certs_file: str | None = None  # CA bundle for https://; None = system CAs
+    cert_file: str | None = None  # TLS client authentication
+    key_file: str | None = None
+    validate_hostname: bool = False  # pulsar-client's default, followed for one behaviour
+    allow_insecure: bool = False  # accept any server certificate (tests only)
+
+    @classmethod
+    def from_client_settings(cls, token: str | None, settings: dict,
+                             cert_file: str | None = None,
+                             key_file: str | None = None) -> AdminAuth:
+        """From pulsar.Client keyword arguments (``tls_trust_certs_file_path``, ...)."""
+        return cls(token=token,
+                   trust_certs_file=settings.get("tls_trust_certs_file_path") or None,
+                   cert_file=cert_file or settings.get("tls_certificate_file_path") or None,
+                   key_file=key_file or settings.get("tls_private_key_file_path") or None,
+                   validate_hostname=bool(settings.get("tls_validate_hostname", False)),
+                   allow_insecure=bool(settings.get("tls_allow_insecure_connection", False)))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.trust_certs_file)
+        ctx.check_hostname = self.validate_hostname and not self.allow_insecure
+        if self.allow_insecure:
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+            except (OSError, ssl.SSLError) as e:
+                raise ConfigError(f"TLS client certificate {self.cert_file} / key "
+                                  f"{self.key_file} cannot be loaded: {e}") from None
+        return ctx
+
+
 def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
-                  token: str | None = None) -> Any:
+                  auth: AdminAuth | None = None, body: Any = None) -> Any:
     """One REST admin call; the broker's error text is kept, it says what went wrong.
-    ``token``: sent as a bearer token (a broker with token authentication)."""
-    data = b"" if method in ("POST", "PUT") else None
+    ``auth``: a bearer token and the TLS trust for ``https://`` (a secured broker);
+    ``body``: sent as JSON."""
+    data = (json.dumps(body).encode() if body is not None else
+            b"" if method in ("POST", "PUT") else None)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if auth and auth.token:
+        headers["Authorization"] = f"Bearer {auth.token}"
+    context = auth.ssl_context() if auth and admin_url.startswith("https://") else None
     req = urllib.request.Request(admin_url + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             body = r.read()
     except urllib.error.HTTPError as e:
         detail = e.read().decode(errors="replace")[:500]
@@ -57,20 +101,35 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
     return json.loads(body) if body.strip() else None
 
 
-def admin_terminate(admin_url: str, topic: str, token: str | None = None) -> tuple[int, int]:
+def admin_terminate(admin_url: str, topic: str,
+                    auth: AdminAuth | None = None) -> tuple[int, int]:
     """Terminate a topic (no more publishes); returns its last (ledgerId, entryId)."""
     body = admin_request(admin_url, "POST", admin_topic_path(topic) + "/terminate",
-                         token=token)
+                         auth=auth)
     if isinstance(body, dict) and "ledgerId" in body:
         return int(body["ledgerId"]), int(body["entryId"])
-    return admin_last_message_id(admin_url, topic, token)
+    return admin_last_message_id(admin_url, topic, auth)
 
 
 def admin_last_message_id(admin_url: str, topic: str,
-                          token: str | None = None) -> tuple[int, int]:
+                          auth: AdminAuth | None = None) -> tuple[int, int]:
     body = admin_request(admin_url, "GET", admin_topic_path(topic) + "/lastMessageId",
-                         token=token)
+                         auth=auth)
     return int(body["ledgerId"]), int(body["entryId"])
+
+
+def native_scalable_topic(admin_url: str, topic: str, auth: AdminAuth | None = None) -> bool:
+    """Whether the broker (Apache Pulsar 5.0 and later) has a native scalable topic
+    ``topic://<topic>`` of its own. Brokers without scalable topics answer 404, as
+    for a missing one; an unanswered check says no (it only sharpens an error)."""
+    parts = topic.split("/")
+    if len(parts) != 3:
+        return False
+    path = "/admin/v2/scalable/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
+    try:
+        return isinstance(admin_request(admin_url, "GET", path, timeout=10, auth=auth), dict)
+    except AdminError:
+        return False
 
 
 def check_admin_url(url: str | None, option: str = "admin.url") -> str | None:

@@ -181,6 +181,15 @@ def _topic_options(defaults: bool) -> argparse.ArgumentParser:
     p.add_argument("--auth-params", default=default(os.environ.get("PULSAR_TXN_AUTH_PARAMS")),
                    help="its parameters (token:…, file://…, env:VAR; a secret: prefer the "
                         "environment variable PULSAR_TXN_AUTH_PARAMS)")
+    p.add_argument("--tls-trust-certs-file",
+                   default=default(os.environ.get("PULSAR_TXN_TLS_TRUST_CERTS_FILE")),
+                   help="CA bundle for pulsar+ssl:// and https:// (default: the system's); "
+                        "env PULSAR_TXN_TLS_TRUST_CERTS_FILE")
+    p.add_argument("--tls-validate-hostname", action="store_true",
+                   default=default(os.environ.get("PULSAR_TXN_TLS_VALIDATE_HOSTNAME", "")
+                                   .lower() in ("1", "true", "yes")),
+                   help="check the broker's certificate names its host; env "
+                        "PULSAR_TXN_TLS_VALIDATE_HOSTNAME=true")
     return p
 
 
@@ -236,12 +245,15 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
     except PulsarTxnError as e:
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
-    client = pulsar.Client(args.service_url, logger=quiet_logger(),
+    tls = {"tls_validate_hostname": bool(args.tls_validate_hostname)}
+    if args.tls_trust_certs_file:
+        tls["tls_trust_certs_file_path"] = args.tls_trust_certs_file
+    client = pulsar.Client(args.service_url, logger=quiet_logger(), **tls,
                            **({"authentication": auth} if auth else {}))
-    from pulsar_txn.connection import bearer_token
+    from pulsar_txn.connection import admin_auth
 
     topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"),
-                            admin_token=bearer_token(args.auth_plugin, args.auth_params))
+                            admin_auth=admin_auth(args.auth_plugin, args.auth_params, tls))
     try:
         if args.topic_cmd == "create":
             topics.create(args.name, args.segments, args.hash)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import _pulsar
 import pulsar
 
-from pulsar_txn.admin import admin_request, admin_topic_path, check_admin_url
+from pulsar_txn.admin import AdminAuth, admin_request, admin_topic_path, check_admin_url
 from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
@@ -596,7 +596,7 @@ class Consumer(_GatedStream):
         """The subscription's mark-delete position (admin internalStats), if known."""
         stats = admin_request(self._client.admin_url, "GET",
                               admin_topic_path(self.segment) + "/internalStats",
-                              token=self._client._admin_token)
+                              auth=self._client.admin_auth)
         cursors = (stats or {}).get("cursors") or {}
         cur = cursors.get(self.subscription) or cursors.get(
             urllib.parse.quote(self.subscription, safe=""))
@@ -632,8 +632,12 @@ class PulsarTxnClient:
                  partitions: int | None = None, sweeper: bool = True,
                  sweep_interval_s: float = 1.0, retention_ms: int = DEFAULT_RETENTION_MS,
                  admin_url: str | None = None, admin_token: str | None = None,
-                 seal_grace_ms: int = 300,
+                 admin_auth: AdminAuth | None = None, seal_grace_ms: int = 300,
                  **pulsar_kwargs) -> None:
+        """``admin_token``: the bearer token of a broker with token authentication,
+        for the REST admin calls (``admin_url``); their TLS trust follows the
+        ``tls_*`` settings in ``pulsar_kwargs``. ``admin_auth``: all of it
+        explicitly (e.g. a TLS client certificate for the admin API)."""
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
                               "pulsar+ssl://")
@@ -649,7 +653,8 @@ class PulsarTxnClient:
         if sweeper:
             self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
         self.admin_url = check_admin_url(admin_url)
-        self._admin_token = admin_token  # bearer token for the REST admin API; never shown
+        self.admin_auth = admin_auth or AdminAuth.from_client_settings(admin_token,
+                                                                       pulsar_kwargs)
         self._seal_grace_ms = seal_grace_ms
         self._scalable = None
 
@@ -660,7 +665,7 @@ class PulsarTxnClient:
             from pulsar_txn.scalable import ScalableTopics
 
             self._scalable = ScalableTopics(self.store, self.pulsar, self.admin_url,
-                                            self._seal_grace_ms, self._admin_token)
+                                            self._seal_grace_ms, self.admin_auth)
         return self._scalable
 
     # ---- transactions ----

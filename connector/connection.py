@@ -136,3 +136,16 @@ def bearer_token(plugin: str | None, params: str | None) -> str | None:
     if plugin and plugin.strip().lower() in _TOKEN:
         return _token(params or "")
     return None
+
+
+def admin_auth(plugin: str | None, params: str | None, client_settings: dict):
+    """The REST admin API's credentials and TLS trust, from the same options as the
+    binary protocol: the token, or the TLS client certificate, and the ``tls_*``
+    pulsar.Client settings (trust store, hostname verification)."""
+    from pulsar_txn.admin import AdminAuth
+
+    cert = key = None
+    if plugin and plugin.strip().lower() in _TLS:
+        cert, key = _tls(params or "")
+    return AdminAuth.from_client_settings(bearer_token(plugin, params), client_settings,
+                                          cert_file=cert, key_file=key)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.admin import AdminError, admin_terminate
+from pulsar_txn.admin import AdminAuth, AdminError, admin_terminate, native_scalable_topic
 from pulsar_txn.dag import (
     DEFAULT_HASH,
     Layout,
@@ -74,11 +74,11 @@ class ScalableTopics:
     """Admin operations and a watched layout cache for the scalable topics of one client."""
 
     def __init__(self, store: MetadataStore, client: pulsar.Client, admin_url: str | None = None,
-                 seal_grace_ms: int = 300, admin_token: str | None = None) -> None:
+                 seal_grace_ms: int = 300, admin_auth: AdminAuth | None = None) -> None:
         self.store = store
         self.pulsar = client
         self.admin_url = admin_url
-        self.admin_token = admin_token
+        self.admin_auth = admin_auth
         self.seal_grace_ms = seal_grace_ms
         self._layouts: dict[str, Layout] = {}
         self._cond = threading.Condition()
@@ -89,6 +89,7 @@ class ScalableTopics:
     def _read(self, topic: str) -> Layout:
         lay = read_layout(self.store, topic)
         if lay is None:
+            self._refuse_native(topic)
             raise TopicNotFound(
                 f"topic://{topic} is not a pulsar-txn scalable topic: no layout for it in "
                 f"metastore namespace {self.store.keys.ns!r}. pulsar-txn reads and writes "
@@ -161,6 +162,8 @@ class ScalableTopics:
         spec) or 'crc32' (this project's before)."""
         topic = normalize_scalable(name)
         key_hash("", hash_fn or DEFAULT_HASH)  # an unknown function: refused up front
+        if self.store.get_layout(topic) is None:
+            self._refuse_native(topic)  # never shadow the broker's own topic
         segs = initial_segments(topic, segments)
         for s in segs:
             self._touch(s.backing)
@@ -174,6 +177,17 @@ class ScalableTopics:
                                   f"{existing.hash_fn!r}, not {hash_fn!r}; keys never move: "
                                   "create a new topic to change it")
         return self.layout(topic, refresh=True)
+
+    def _refuse_native(self, topic: str) -> None:
+        """Apache Pulsar 5.0 has native topic:// topics, served by its Java v5 client
+        only; one of those must be named as such, not as a missing pulsar-txn topic."""
+        if self.admin_url and native_scalable_topic(self.admin_url, topic, self.admin_auth):
+            raise TopicNotFound(
+                f"topic://{topic} is a native scalable topic of Apache Pulsar 5 (the broker "
+                "serves it itself), not a pulsar-txn topic: pulsar-txn neither reads, writes "
+                "nor shadows it. Use Apache Pulsar's Java v5 client for it (pulsar-client "
+                "3.x for Python has no topic:// names). pulsar-txn serves its own topic:// "
+                "topics, created under another name, and persistent:// topics")
 
     def split(self, name: str, segment_id: int, at: int | None = None) -> Layout:
         return self._change(name, lambda lay, nxt: plan_split(lay, segment_id, nxt, at))
@@ -190,7 +204,7 @@ class ScalableTopics:
         from pulsar_txn.admin import AdminError, admin_request
 
         try:
-            admin_request(self.admin_url, "GET", "/admin/v2/clusters", token=self.admin_token)
+            admin_request(self.admin_url, "GET", "/admin/v2/clusters", auth=self.admin_auth)
         except AdminError as e:
             if e.status in (401, 403):
                 raise ConfigError(
@@ -261,14 +275,25 @@ class ScalableTopics:
 
     def _terminate(self, backing: str) -> tuple[int, int] | None:
         try:
-            ledger, entry = admin_terminate(self.admin_url, backing, self.admin_token)
+            ledger, entry = admin_terminate(self.admin_url, backing, self.admin_auth)
         except AdminError as e:
             if e.status != 404:
                 raise
-            return last_entry_strict(self.pulsar, backing)
+            return self._last_of_terminated(backing)
         if entry < 0:  # an empty current ledger after a rollover: ask for the real last
-            return last_entry_strict(self.pulsar, backing)
+            return self._last_of_terminated(backing)
         return ledger, entry
+
+    def _last_of_terminated(self, backing: str) -> tuple[int, int] | None:
+        """A terminated topic's last entry never changes, so an unanswered probe is
+        asked again (a consumer racing the termination's reconnect gets NotConnected,
+        seen on 5.0.0-M1) before the seal is left for a later pass."""
+        for delay in (0.2, 0.5, 1.0):
+            try:
+                return last_entry_strict(self.pulsar, backing)
+            except ProbeFailed:
+                time.sleep(delay)
+        return last_entry_strict(self.pulsar, backing)
 
     def _touch(self, backing: str) -> None:
         self.pulsar.create_producer(backing).close()

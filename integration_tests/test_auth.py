@@ -1,7 +1,9 @@
-"""A secured cluster: Apache Pulsar standalone with token authentication (a broker
-of its own, started here). The client API, the Spark source and sink, and the CLI
-connect with a token; without one they fail naming the option; the token never
-appears in an error, a log line of ours or Spark's progress."""
+"""A secured cluster: Apache Pulsar standalone with token and TLS client-certificate
+authentication and TLS listeners (a broker of its own, started here). The client API,
+the Spark source and sink, and the CLI connect with a token or a certificate, over
+pulsar:// or pulsar+ssl:// (and https:// for the admin API); without credentials they
+fail naming the option; the token never appears in an error, a log line of ours or
+Spark's progress."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ def _jwt(secret: bytes, subject: str) -> str:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
+    """Token and TLS client-certificate authentication, plain and TLS listeners
+    (a CA, server and client certificates made by the harness)."""
     from pulsar_txn.harness.standalone import PulsarStandalone
 
     secret = secrets.token_bytes(32)
@@ -45,7 +49,8 @@ def secured(tmp_path_factory):
     conf = "\n".join([
         "authenticationEnabled=true",
         "authenticationProviders="
-        "org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderToken,"
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderTls",
         f"tokenSecretKey=data:;base64,{base64.b64encode(secret).decode()}",
         "authorizationEnabled=false",
         "superUserRoles=admin",
@@ -53,7 +58,7 @@ def secured(tmp_path_factory):
         f"brokerClientAuthenticationParameters=token:{admin}",
     ])
     broker = PulsarStandalone(tmp_path_factory.mktemp("secured"), extra_conf=conf,
-                              client_token=admin)
+                              client_token=admin, tls=True)
     broker.start()
     yield broker, user
     broker.stop()
@@ -221,3 +226,73 @@ def test_admin_calls_carry_the_token(secured, redis_server, namespace):
         assert sealed.get("end") not in (None, "")
     finally:
         client.close()
+
+
+@needs_reference_broker
+def test_client_api_over_tls_checks_the_broker_certificate(secured, redis_server, namespace,
+                                                            caplog):
+    """pulsar+ssl:// and https:// with the CA, hostname verification on: transactions,
+    reads and a seal (REST admin over https, with the token) work; without the CA the
+    broker is refused. The token shows up in no error and no log line."""
+    import logging
+
+    import pulsar
+
+    from pulsar_txn.client import PulsarTxnClient, read_all
+
+    caplog.set_level(logging.DEBUG)
+    broker, token = secured
+    tls = {"tls_trust_certs_file_path": str(broker.ca.ca_file), "tls_validate_hostname": True}
+    client = PulsarTxnClient(broker.service_url_tls, redis_server.url, namespace=namespace,
+                             sweeper=False, authentication=pulsar.AuthenticationToken(token),
+                             admin_url=broker.admin_url_tls, admin_token=token, **tls)
+    try:
+        t = f"persistent://public/default/tls-{uuid.uuid4().hex[:8]}"
+        with client.transaction() as txn:
+            client.create_producer(t).send(b"over-tls", txn=txn)
+        assert [m.value for m in read_all(client.create_reader(t), 500)] == [b"over-tls"]
+        name = f"topic://public/default/tls-seal-{uuid.uuid4().hex[:8]}"
+        client.scalable.create(name, segments=2)
+        client.create_producer(name).send(b"x", key="k")
+        client.scalable.split(name, 0)  # terminates segment 0 through https://
+        sealed = [s for s in client.scalable.describe(name)["segments"] if s["id"] == 0][0]
+        assert sealed["state"] != "ACTIVE" and sealed.get("end") not in (None, "")
+    finally:
+        client.close()
+    untrusting = PulsarTxnClient(broker.service_url_tls, redis_server.url, namespace=namespace,
+                                 sweeper=False, authentication=pulsar.AuthenticationToken(token),
+                                 operation_timeout_seconds=5)
+    try:
+        with pytest.raises(Exception) as err:
+            untrusting.create_producer("persistent://public/default/tls-untrusted")
+        assert token not in str(err.value)
+    finally:
+        untrusting.close()
+    assert token not in caplog.text
+
+
+@needs_reference_broker
+@pytest.mark.spark
+def test_spark_over_tls_with_a_client_certificate(secured, spark, redis_server, namespace):
+    """The Java client's option names (pulsar-spark's), TLS client-certificate
+    authentication for both the binary protocol and the REST admin API (the
+    source lists topics for topicsPattern through https://)."""
+    broker, _ = secured
+    ca = broker.ca
+    common = {"service.url": broker.service_url_tls, "metastore.url": redis_server.url,
+              "metastore.namespace": namespace,
+              "pulsar.client.tlsTrustCertsFilePath": str(ca.ca_file),
+              "pulsar.client.tlsHostnameVerificationEnable": "true",
+              "pulsar.client.authPluginClassName":
+                  "org.apache.pulsar.client.impl.auth.AuthenticationTls",
+              "pulsar.client.authParams":
+                  f"tlsCertFile:{ca.client_cert},tlsKeyFile:{ca.client_key}"}
+    stem = f"tls-spark-{uuid.uuid4().hex[:8]}"
+    t = f"persistent://public/default/{stem}"
+    rows = [(f"k{i}", f"v{i}") for i in range(10)]
+    (spark.createDataFrame(rows, "key string, value string").write.format("pulsar-txn")
+     .options(**common).option("topic", t).mode("append").save())
+    got = (spark.read.format("pulsar-txn").options(**common)
+           .option("topicsPattern", f"persistent://public/default/{stem}.*")
+           .option("admin.url", broker.admin_url_tls).load().select("value").collect())
+    assert sorted(bytes(r.value).decode() for r in got) == [f"v{i}" for i in range(10)]

@@ -286,3 +286,26 @@ def test_keys_route_by_upstreams_rule_and_old_layouts_keep_theirs(sclient, make_
     landed = _landed(later, legacy, keys)
     assert landed == {k: old.route(key_hash(k, "crc32")).id for k in keys}
     assert landed != {k: old.route(key_hash(k, "murmur3")).id for k in keys}
+
+
+def test_a_native_scalable_topic_of_pulsar_5_is_refused_saying_what_it_is(broker, make_client):
+    """Apache Pulsar 5.0 serves its own topic:// topics (Java v5 client). pulsar-txn
+    must not read, write or shadow one: it says what the name is and what works."""
+    from pulsar_txn.admin import admin_request
+    from pulsar_txn.errors import PulsarTxnError
+
+    if not getattr(broker, "version", "").startswith("5."):
+        pytest.skip("native scalable topics need Apache Pulsar 5.0 "
+                    "(PULSAR_TXN_PULSAR_VERSION=5.0)")
+    name = f"public/default/native-{uuid.uuid4().hex[:8]}"
+    admin_request(broker.admin_url, "PUT", f"/admin/v2/scalable/{name}?numInitialSegments=2",
+                  body={})
+    client = make_client(admin_url=broker.admin_url)
+    for open_topic in (client.create_producer, client.create_reader,
+                       lambda t: client.scalable.create(t, segments=2)):
+        with pytest.raises(PulsarTxnError) as err:
+            open_topic(f"topic://{name}")
+        msg = str(err.value)
+        assert f"topic://{name} is a native scalable topic of Apache Pulsar 5" in msg, msg
+        assert "Java v5 client" in msg and "persistent://" in msg, msg
+    assert client.store.get_layout(name) is None  # nothing shadows it

@@ -80,21 +80,9 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def _make_certs(self) -> Path:
-        d = self.workdir / "tls"
-        if (d / "server.crt").exists():
-            return d
-        d.mkdir(parents=True, exist_ok=True)
+        from pulsar_txn.harness.tls import make_ca
 
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-                "-out", "ca.crt", "-days", "2", "-subj", "/CN=pulsar-txn test CA")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
-                "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-        (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
-        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext")
-        return d
+        return make_ca(self.workdir / "tls").dir
 
     def start(self) -> RedisServer:
         if self.tls:

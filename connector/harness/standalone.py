@@ -44,6 +44,10 @@ from pulsar_txn.admin import (  # noqa: F401  (re-exported for the harness's use
 MAIN_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
 LIB_ENV = "PULSAR_TXN_STANDALONE_LIB"
 JVM_OPTS_ENV = "PULSAR_TXN_STANDALONE_JVM_OPTS"  # extra JVM flags, appended last
+VERSION_ENV = "PULSAR_TXN_PULSAR_VERSION"  # 4.0 (default, the reference) or 5.0
+# One pom per release line; each pins the newest version of its line that resolves
+# whole from Maven Central (the reasons are in the poms).
+POMS = {"4.0": "standalone-pom.xml", "5.0": "standalone-pom-5.0.xml"}
 READY_TOPIC = "persistent://public/default/__pulsar_txn_ready"
 
 # What bin/pulsar passes on Java 17, minus what only ZooKeeper/functions need:
@@ -115,7 +119,17 @@ def _resource(name: str) -> str:
     return resources.files("pulsar_txn.harness").joinpath(name).read_text()
 
 
-def provision(quiet: bool = True) -> pathlib.Path:
+def release_line(version: str | None = None) -> str:
+    """``4.0`` or ``5.0``: the argument, else ``$PULSAR_TXN_PULSAR_VERSION``, else 4.0."""
+    line = (version or os.environ.get(VERSION_ENV) or "4.0").strip()
+    line = ".".join(line.split(".")[:2])
+    if line not in POMS:
+        raise ValueError(f"${VERSION_ENV}={version or os.environ.get(VERSION_ENV)!r}: "
+                         f"supported Apache Pulsar release lines are {', '.join(POMS)}")
+    return line
+
+
+def provision(quiet: bool = True, version: str | None = None) -> pathlib.Path:
     """Return a directory holding the broker's jars, resolving them once.
 
     ``$PULSAR_TXN_STANDALONE_LIB`` wins (a pre-built classpath, e.g. a CI cache
@@ -129,7 +143,8 @@ def provision(quiet: bool = True) -> pathlib.Path:
         if not any(lib.glob("pulsar-broker-*.jar")):
             raise RuntimeError(f"${LIB_ENV}={explicit} holds no pulsar-broker-*.jar")
         return lib
-    pom, settings = _resource("standalone-pom.xml"), _resource("standalone-settings.xml")
+    pom = _resource(POMS[release_line(version)])
+    settings = _resource("standalone-settings.xml")
     key = hashlib.sha256((pom + settings).encode()).hexdigest()[:12]
     version = re.search(r"<pulsar.version>([^<]+)<", pom).group(1)
     home = cache_dir() / f"pulsar-{version}-{key}"
@@ -138,7 +153,7 @@ def provision(quiet: bool = True) -> pathlib.Path:
         return lib
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeError("the reference broker needs Maven (and Java 17) to fetch its jars "
+        raise RuntimeError("Apache Pulsar standalone needs Maven (and Java 17) to fetch its jars "
                            "once: apt-get install maven openjdk-17-jre-headless")
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,6 +172,15 @@ def provision(quiet: bool = True) -> pathlib.Path:
         staging.rename(lib)
     marker.write_text(f"{version}\n")
     return lib
+
+
+def broker_version(lib: pathlib.Path) -> str:
+    """The Pulsar version of a classpath directory (from its pulsar-broker jar)."""
+    for jar in lib.glob("pulsar-broker-*.jar"):
+        m = re.fullmatch(r"pulsar-broker-(\d[\w.-]*)\.jar", jar.name)
+        if m:
+            return m.group(1)
+    raise RuntimeError(f"{lib} holds no pulsar-broker-<version>.jar")
 
 
 def free_ports(n: int) -> list[int]:
@@ -190,10 +214,20 @@ class PulsarStandalone:
 
     def __init__(self, workdir: pathlib.Path, java: str = "java", heap: str = "768m",
                  direct_memory: str = "256m", extra_conf: str = "",
-                 client_token: str | None = None) -> None:
+                 client_token: str | None = None, tls: bool = False,
+                 release: str | None = None) -> None:
         """``extra_conf``: lines appended to standalone.conf (e.g. authentication);
-        ``client_token``: the token the readiness check connects with."""
+        ``client_token``: the token the readiness check connects with; ``tls``: also
+        listen with TLS (``service_url_tls``, ``admin_url_tls``) under a CA made
+        here (``self.ca``: CA, server and client certificates); ``release``: 4.0 or
+        5.0 (default ``$PULSAR_TXN_PULSAR_VERSION``, else 4.0)."""
+        self.release = release_line(release)
+        self.version = ""  # the exact version, known once started
         self.extra_conf = extra_conf
+        self.tls = tls
+        self.ca = None
+        self.service_url_tls = self.admin_url_tls = ""
+        self.broker_tls_port = self.web_tls_port = 0
         self.client_token = client_token
         self.workdir = pathlib.Path(workdir).resolve()
         self.java = java
@@ -217,7 +251,8 @@ class PulsarStandalone:
         if self._proc is not None:
             raise RuntimeError("already started")
         deadline = time.monotonic() + timeout
-        lib = provision()
+        lib = provision(version=self.release)
+        self.version = broker_version(lib)
         data_dir = self.workdir / "data"
         fresh = not data_dir.exists()
         attempts = 3 if fresh else 1
@@ -243,12 +278,13 @@ class PulsarStandalone:
     def _spawn(self, lib: pathlib.Path, data_dir: pathlib.Path) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.broker_port:  # a restart keeps its ports: clients reconnect to them
-            self.broker_port, self.web_port, self.bookie_port = free_ports(3)
+            (self.broker_port, self.web_port, self.bookie_port,
+             self.broker_tls_port, self.web_tls_port) = free_ports(5)
         conf = self.workdir / "standalone.conf"
         conf.write_text(_resource("standalone.conf").format(
             broker_port=self.broker_port, web_port=self.web_port,
             bookie_port=self.bookie_port, data_dir=data_dir,
-        ) + "\n" + self.extra_conf + "\n")
+        ) + "\n" + self._tls_conf() + self.extra_conf + "\n")
         log4j = self.workdir / "log4j2.properties"
         level = os.environ.get("PULSAR_TXN_STANDALONE_LOG_LEVEL", "info")
         log4j.write_text(LOG4J2_PROPERTIES.format(level=level))
@@ -263,10 +299,12 @@ class PulsarStandalone:
             # RocksDB metadata (no ZooKeeper) and the bookie, all under data/.
             "--metadata-dir", str(data_dir / "metadata"),
             "--bookkeeper-dir", str(data_dir / "bookkeeper"),
-            "--bookkeeper-port", str(self.bookie_port),
-            # Only consulted to decide "ZooKeeper mode": must never exist.
-            "--zookeeper-dir", str(data_dir / "zookeeper"),
         ]
+        if broker_version(lib).startswith("4."):
+            # 5.0 dropped both flags (bookiePort in the conf is enough there).
+            cmd += ["--bookkeeper-port", str(self.bookie_port),
+                    # Only consulted to decide "ZooKeeper mode": must never exist.
+                    "--zookeeper-dir", str(data_dir / "zookeeper")]
         env = dict(os.environ)
         env.pop("PULSAR_STANDALONE_USE_ZOOKEEPER", None)  # would force ZooKeeper mode
         self._log = open(self.log_path, "ab")  # closed by stop(): lives as long as the JVM
@@ -279,6 +317,27 @@ class PulsarStandalone:
         _LIVE.add(self)
         self.service_url = f"pulsar://127.0.0.1:{self.broker_port}"
         self.admin_url = f"http://127.0.0.1:{self.web_port}"
+        if self.tls:
+            self.service_url_tls = f"pulsar+ssl://127.0.0.1:{self.broker_tls_port}"
+            self.admin_url_tls = f"https://127.0.0.1:{self.web_tls_port}"
+
+    def _tls_conf(self) -> str:
+        """TLS listeners next to the plain ones; client certificates are asked for
+        (TLS authentication) but not required, so token clients connect too."""
+        if not self.tls:
+            return ""
+        from pulsar_txn.harness.tls import make_ca
+
+        self.ca = make_ca(self.workdir / "tls")
+        return "\n".join([
+            f"brokerServicePortTls={self.broker_tls_port}",
+            f"webServicePortTls={self.web_tls_port}",
+            f"tlsCertificateFilePath={self.ca.server_cert}",
+            f"tlsKeyFilePath={self.ca.server_key}",
+            f"tlsTrustCertsFilePath={self.ca.ca_file}",
+            "tlsAllowInsecureConnection=false",
+            "tlsRequireTrustedClientCertOnConnect=false",
+        ]) + "\n"
 
     def _wait_ready(self, deadline: float) -> None:
         """Poll until a producer on public/default round-trips one message."""
@@ -386,8 +445,8 @@ class PulsarStandalone:
 
 
 def _main(argv: list[str]) -> int:
-    if argv == ["provision"]:
-        print(provision(quiet=False))
+    if argv[:1] == ["provision"] and len(argv) <= 2:
+        print(provision(quiet=False, version=(argv[1:] or [None])[0]))
         return 0
     if len(argv) == 2 and argv[0] == "run":
         # SIGTERM/^C leave through the with-block, so the JVM is stopped too.
@@ -397,7 +456,8 @@ def _main(argv: list[str]) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
         return 0
-    print("usage: python -m pulsar_txn.harness.standalone provision | run WORKDIR",
+    print("usage: python -m pulsar_txn.harness.standalone provision [4.0|5.0] | run WORKDIR\n"
+          f"(run: the release line in ${VERSION_ENV}, default 4.0)",
           file=sys.stderr)
     return 2
 

@@ -27,8 +27,21 @@ SOURCE = COMMON | {"transaction.retention.ms",
 # Authentication, as pulsar-spark names it (values are secrets: never shown).
 AUTH_PLUGIN, AUTH_PARAMS = "pulsar.client.authpluginclassname", "pulsar.client.authparams"
 
+# TLS settings under the Java client's names (pulsar-spark's users know these),
+# accepted next to pulsar-client's own (``pulsar.client.tls_trust_certs_file_path``).
+JAVA_CLIENT_NAMES = {
+    "tlsTrustCertsFilePath": "tls_trust_certs_file_path",
+    "tlsAllowInsecureConnection": "tls_allow_insecure_connection",
+    "tlsHostnameVerificationEnable": "tls_validate_hostname",
+    "useTls": "use_tls",
+    "tlsCertificateFilePath": "tls_certificate_file_path",
+    "tlsKeyFilePath": "tls_private_key_file_path",
+}
+_JAVA_ALIASES = {k.lower(): v for k, v in JAVA_CLIENT_NAMES.items()}
+
 # Spark lower-cases option keys; errors name them as the docs spell them.
 DOCUMENTED = {n.lower(): n for n in (
+    *(f"pulsar.client.{k}" for k in JAVA_CLIENT_NAMES),
     "pulsar.client.authPluginClassName", "pulsar.client.authParams",
     "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
     "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
@@ -138,6 +151,11 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
             continue  # built into an authentication object where a client is made
         if key.startswith(prefix):
             name = key[len(prefix):]
+            if prefix == "pulsar.client.":
+                name = _JAVA_ALIASES.get(name, name)
+            if name in out:
+                raise ConfigError(f"option {shown(key)!r} is given twice (also as "
+                                  f"'{prefix}{name}')")
             if name not in params:
                 raise ConfigError(
                     f"option {shown(key)!r}: {name!r} is not a pulsar-client setting; "

@@ -160,7 +160,7 @@ class Planner:
                     "'topics' or topic:// scalable topics")
             listed = admin_request(self.opts.admin_url, "GET",
                                    f"/admin/v2/persistent/{m.group(2)}/{m.group(3)}",
-                                   token=self._admin_token()) or []
+                                   auth=self._admin_auth()) or []
             names |= {t for t in listed if not _SEGMENT.match(t) or not self.topic_of(t)
                       .startswith("topic://")}
         return tuple(sorted(n for n in names if pat.fullmatch(n)))
@@ -209,7 +209,7 @@ class Planner:
 
         try:
             ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
-                           admin_token=self._admin_token()).complete_seals(
+                           admin_auth=self._admin_auth()).complete_seals(
                 name, wait=False)
         except PulsarTxnError as e:
             log.warning("completing the seal of %s failed (retried): %s", name, e)
@@ -351,10 +351,10 @@ class Planner:
                     self._topic_of[seg] = name
         return self._partitions[name]
 
-    def _admin_token(self) -> str | None:
-        from pulsar_txn.connection import bearer_token
+    def _admin_auth(self):
+        from pulsar_txn.connection import admin_auth
 
-        return bearer_token(self.opts.auth_plugin, self.opts.auth_params)
+        return admin_auth(self.opts.auth_plugin, self.opts.auth_params, self.opts.client)
 
     def close(self) -> None:
         self.pulsar.close()

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["bench_core.py", "bench_scalable.py", "bench_source.py", "bench_sink.py"]
+BENCHMARKS = ["bench_core.py", "bench_scalable.py", "bench_source.py", "bench_sink.py",
+              "bench_pipeline.py", "bench_soak.py"]
 
 
 def main() -> int:

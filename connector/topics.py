@@ -235,11 +235,55 @@ class DataLoss(PulsarTxnError):
 
 
 _END_OF_LEDGER = 2**63 - 1  # Position.previous() of entry 0: after every entry of a ledger
+BATCH_END_WAIT_MS = 200  # the end entry's size unknown: how long to wait for more of it
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def batch_size(message_id) -> int | None:
+    """How many messages the entry of a batched message holds, or None if unknown.
+
+    pulsar-client's Python API has no accessor for it, but the serialized id (the
+    wire's MessageIdData) carries it as field 6 for a received batched message. A
+    scan that reaches the last message of its end entry then knows it is done,
+    instead of waiting to learn that nothing else of that entry comes.
+    """
+    data = message_id.serialize()
+    i = 0
+    try:
+        while i < len(data):
+            tag, i = _varint(data, i)
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value, i = _varint(data, i)
+                if field == 6:
+                    return value or None
+            elif wire == 2:
+                length, i = _varint(data, i)
+                i += length
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
 
 
 def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
-         fail_on_data_loss: bool = True, reader: dict | None = None
-         ) -> Iterator[tuple[Pos, object]]:
+         fail_on_data_loss: bool = True, reader: dict | None = None,
+         batch_end_wait_ms: int = BATCH_END_WAIT_MS) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters, rather than
@@ -264,11 +308,12 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     reader = open_at(start)
     native = reader._reader
     last: Pos | None = None
+    end_size: int | None = None  # messages in the end entry, once one of them is read
     reconnects = 0
     try:
         while True:
             at_end_entry = last is not None and (last[0], last[1]) == (end[0], end[1])
-            wait = 200 if at_end_entry else timeout_ms
+            wait = batch_end_wait_ms if at_end_entry else timeout_ms
             try:
                 raw = native.read_next(wait)
             except (pulsar.NotConnected, pulsar.AlreadyClosed, pulsar.ConnectError) as e:
@@ -331,6 +376,11 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             yield pos, raw
             if pos == end or (pos[2] < 0 and (pos[0], pos[1]) == (end[0], end[1])):
                 return
+            if (pos[0], pos[1]) == (end[0], end[1]):
+                if end_size is None:
+                    end_size = batch_size(m) or 0
+                if end_size and pos[2] >= end_size - 1:
+                    return  # the end entry's last message: nothing of it is left
     finally:
         _close_quietly(reader)
 

@@ -186,3 +186,31 @@ def test_a_broker_outage_mid_read_is_never_skipped_as_lost_data(
         assert again == [b"m%d" % i for i in range(50)]
     finally:
         src.stop()
+
+
+def test_a_range_ending_at_a_batched_last_entry_ends_without_waiting_for_more(
+        plain_pulsar, topic_name):
+    """A range whose end is the topic's last entry, a batch, is done at that batch's last
+    message: the scan knows the batch's size and does not wait to learn that no more of
+    it comes (a fixed 200 ms on every micro-batch before). The wait is set to 20 s here,
+    so a scan that still waits cannot pass."""
+    import time
+
+    from pulsar_txn.topics import WHOLE_ENTRY, batch_size, scan
+
+    t = topic_name("batch-end")
+    producer = plain_pulsar.create_producer(t, batching_enabled=True, batching_max_messages=3,
+                                            batching_max_publish_delay_ms=10_000)
+    for i in range(3):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    first = next(iter(scan(plain_pulsar, t, (-1, -1, -1), (2**62, 0, WHOLE_ENTRY),
+                           timeout_ms=10_000, batch_end_wait_ms=0)))
+    (ledger, entry, index), message = first
+    assert index == 0 and batch_size(message.message_id()) == 3
+    started = time.monotonic()
+    got = [(pos, m.data()) for pos, m in scan(plain_pulsar, t, (-1, -1, -1),
+                                             (ledger, entry, WHOLE_ENTRY),
+                                             batch_end_wait_ms=20_000)]
+    assert got == [((ledger, entry, i), f"m{i}".encode()) for i in range(3)]
+    assert time.monotonic() - started < 10, "the scan waited for more of its end entry"

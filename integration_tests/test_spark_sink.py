@@ -185,3 +185,21 @@ def test_sink_into_a_scalable_topic_split_and_merged_between_batches_is_exactly_
     lay = client.scalable.layout(out, refresh=True)
     used = {lay.by_backing(m.topic).id for m in got}
     assert {0, 1} <= used and 4 in used, used  # before the split, and after the merge
+
+
+def test_sink_tasks_reuse_their_producers_across_micro_batches(
+        client, plain_pulsar, broker, redis_server, namespace, topic_name, tmp_path):
+    """Spark keeps a Python worker for later tasks; the sink keeps its Pulsar client,
+    producers and metastore connection there instead of opening them per micro-batch.
+    Six one-file batches on local[2] (at most two Python workers at a time) must come
+    from fewer producers than batches; per-batch producers gave twelve (one per task)."""
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite names producers per connection (producer-0 for every new "
+                    "client), so producers cannot be told apart by name")
+    topic = topic_name("sink-reuse")
+    expected = write_inputs(tmp_path / "in", 6, 20)
+    done = run_job(broker, redis_server, namespace, topic, tmp_path / "in", tmp_path / "ck")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _committed(client, topic) == expected
+    producers = {m.producer_name() for m in raw_entries(plain_pulsar, topic)}
+    assert len(producers) <= 3, sorted(producers)

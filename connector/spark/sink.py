@@ -24,6 +24,7 @@ from pulsar_txn.records import SinkBatch, TxnId, sink_owner
 from pulsar_txn.state import TxnState
 
 from .options import SinkOptions, client_kwargs, default_sink_id
+from .resources import RESOURCES
 
 log = logging.getLogger("pulsar_txn.spark.sink")
 if not log.handlers:  # Spark keeps a Python worker's stderr in the driver/executor log
@@ -136,11 +137,8 @@ class _ScalableWrites:
         from pulsar_txn.client import Transaction
         from pulsar_txn.scalable import ScalableTopics
 
-        self._own_store = store is None  # transactional=false: no store was opened yet
-        if store is None:
-            from pulsar_txn.metastore import open_store
-
-            store = open_store(opts.metastore_url, namespace=opts.namespace)
+        if store is None:  # transactional=false: no store was borrowed yet
+            store = RESOURCES.store(opts.metastore_url, opts.namespace)
         self.pulsar, self.store, self.writer = client, store, writer
         self.scalable = ScalableTopics(store, client)
         self._kw = producer_kw
@@ -185,20 +183,16 @@ class _ScalableWrites:
                 p.close()
         finally:
             self.scalable.close()
-            if self._own_store:
-                self.store.close()
 
 
 def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
                writer: str, store) -> tuple[list[str], int]:
     """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
-    import pulsar
-
     from pulsar_txn.connection import naming
     from pulsar_txn.topics import normalize_any, partition_for, partitions_of
     from pulsar_txn.writer import WriterRun
 
-    client = pulsar.Client(opts.service_url, **client_kwargs(opts))
+    client = RESOURCES.client(opts)  # kept for the worker's later tasks, like producers
     producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                    "max_pending_messages": 10_000, **opts.producer}
@@ -252,7 +246,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                 run = runs.get(topic)
                 if run is None:
                     with naming(opts.service_url, what=f"creating a producer on {topic}"):
-                        producer = client.create_producer(topic, **producer_kw)
+                        producer = RESOURCES.producer(opts, topic, producer_kw)
                     run = runs[topic] = (_PlainRun(producer) if txn_id is None else
                                          WriterRun(store, txn_id, topic, writer, producer))
                 run.send_async(v, p, **kw)
@@ -263,10 +257,12 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
         if scalable is not None:
             segments = sorted(set(segments) | set(scalable.flush()))
         return segments, rows
+    except BaseException:
+        RESOURCES.discard([run._p for run in runs.values()])  # sends of unknown outcome
+        raise
     finally:
         if scalable is not None:
             scalable.close()
-        client.close()
 
 
 class StreamSinkWriter:
@@ -299,7 +295,6 @@ class StreamSinkWriter:
         from pyspark import TaskContext
 
         from pulsar_txn.coordinator import TransactionCoordinator
-        from pulsar_txn.metastore import open_store
 
         ctx = TaskContext.get()
         if not self.opts.transactional:
@@ -309,36 +304,32 @@ class StreamSinkWriter:
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         sink_id = self.opts.sink_id or default_sink_id(query_id)
         writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
-        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
-        try:
-            # progress is per query: a new checkpoint never inherits another query's
-            if store.bind_sink(sink_id, query_id, self.opts.rebind) >= batch_id:
-                return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True, query_id)
-            coord = TransactionCoordinator(store, materialize_inline=True)
-            header = coord.new_transaction(self.opts.timeout_ms,
-                                           owner=sink_owner(sink_id, query_id, batch_id))
-            if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
-                return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True,
-                                              query_id)
-            segments, rows = write_rows(self.opts, self.roles, batches, header.txn_id, writer,
-                                        store)
-            if _fault(self.opts, "fail-first-attempt", batch_id) and ctx.attemptNumber() == 0:
-                raise RuntimeError(f"fault injection: attempt 0 of batch {batch_id} fails after "
-                                   "writing")
-            slow = _fault_arg(self.opts, "slow-partition0", batch_id)
-            if slow and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
-                import time
+        store = RESOURCES.store(self.opts.metastore_url, self.opts.namespace)  # kept
+        # progress is per query: a new checkpoint never inherits another query's
+        if store.bind_sink(sink_id, query_id, self.opts.rebind) >= batch_id:
+            return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True, query_id)
+        coord = TransactionCoordinator(store, materialize_inline=True)
+        header = coord.new_transaction(self.opts.timeout_ms,
+                                       owner=sink_owner(sink_id, query_id, batch_id))
+        if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
+            return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True,
+                                          query_id)
+        segments, rows = write_rows(self.opts, self.roles, batches, header.txn_id, writer,
+                                    store)
+        if _fault(self.opts, "fail-first-attempt", batch_id) and ctx.attemptNumber() == 0:
+            raise RuntimeError(f"fault injection: attempt 0 of batch {batch_id} fails after "
+                               "writing")
+        slow = _fault_arg(self.opts, "slow-partition0", batch_id)
+        if slow and ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+            import time
 
-                time.sleep(int(slow) / 1000)
-            return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
-                                          rows, False, query_id)
-        finally:
-            store.close()
+            time.sleep(int(slow) / 1000)
+        return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
+                                      rows, False, query_id)
 
     # ---- driver ----
     def commit(self, messages, batch_id: int) -> None:
         from pulsar_txn.coordinator import TransactionCoordinator
-        from pulsar_txn.metastore import open_store
 
         msgs = [m for m in messages if m is not None]
         if not msgs or not self.opts.transactional:
@@ -346,60 +337,53 @@ class StreamSinkWriter:
         sink_id, query_id = msgs[0].sink_id, msgs[0].query_id
         sink = SinkBatch(sink_id, query_id, batch_id)
         txns = {m.txn_id for m in msgs if m.txn_id and not m.already_committed}
-        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
+        store = RESOURCES.store(self.opts.metastore_url, self.opts.namespace)  # kept
+        coord = TransactionCoordinator(store, materialize_inline=True)
+        if not txns:  # every task saw the batch as committed: a replay
+            for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
+                coord.commit(TxnId.parse(t), sink=sink)
+            log.info("pulsar-txn sink %s batch %d: already committed, nothing new",
+                     sink_id, batch_id)
+            return
+        if len(txns) != 1 or any(m.already_committed for m in msgs):
+            raise PulsarTxnError(f"sink {sink_id} batch {batch_id}: tasks reported "
+                                 f"different transactions {sorted(txns)}; failing the batch")
+        txn_id = TxnId.parse(txns.pop())
+        if _fault(self.opts, "crash-before-commit", batch_id):
+            _kill_driver(f"before commit of batch {batch_id}")
+        winners = sorted({m.writer for m in msgs})
+        segments = sorted({s for m in msgs for s in m.segments})
+        # one CAS: the decision and the sink's progress (a replay is recognised
+        # whatever happens after it, however late the restart: invariant 5)
         try:
-            coord = TransactionCoordinator(store, materialize_inline=True)
-            if not txns:  # every task saw the batch as committed: a replay
-                for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
-                    coord.commit(TxnId.parse(t), sink=sink)
-                log.info("pulsar-txn sink %s batch %d: already committed, nothing new",
-                         sink_id, batch_id)
-                return
-            if len(txns) != 1 or any(m.already_committed for m in msgs):
-                raise PulsarTxnError(f"sink {sink_id} batch {batch_id}: tasks reported "
-                                     f"different transactions {sorted(txns)}; failing the batch")
-            txn_id = TxnId.parse(txns.pop())
-            if _fault(self.opts, "crash-before-commit", batch_id):
-                _kill_driver(f"before commit of batch {batch_id}")
-            winners = sorted({m.writer for m in msgs})
-            segments = sorted({s for m in msgs for s in m.segments})
-            # one CAS: the decision and the sink's progress (a replay is recognised
-            # whatever happens after it, however late the restart: invariant 5)
-            try:
-                coord.commit(txn_id, winners, segments, sink=sink)
-            except SinkFenced:  # the sink id moved to another query: end this batch now
-                coord.abort(txn_id, segments)
-                raise
-            if _fault(self.opts, "crash-after-commit", batch_id):
-                _kill_driver(f"after commit of batch {batch_id}")
-            # after the decision, never before it (a GC pass must not push this batch's
-            # txn past its deadline): the deployment's background work, which a
-            # Spark-only deployment has no other process for
-            coord.sweep_if_due(self.opts.retention_ms)
-            log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
-                     "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
-                     len(winners), len(segments))
-        finally:
-            store.close()
+            coord.commit(txn_id, winners, segments, sink=sink)
+        except SinkFenced:  # the sink id moved to another query: end this batch now
+            coord.abort(txn_id, segments)
+            raise
+        if _fault(self.opts, "crash-after-commit", batch_id):
+            _kill_driver(f"after commit of batch {batch_id}")
+        # after the decision, never before it (a GC pass must not push this batch's
+        # txn past its deadline): the deployment's background work, which a
+        # Spark-only deployment has no other process for
+        coord.sweep_if_due(self.opts.retention_ms)
+        log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
+                 "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
+                 len(winners), len(segments))
 
     def abort(self, messages, batch_id: int) -> None:
         from pulsar_txn.coordinator import TransactionCoordinator
-        from pulsar_txn.metastore import open_store
 
         txns = {m.txn_id for m in messages if m is not None and m.txn_id
                 and not m.already_committed}
         if not txns:
             return  # tasks that wrote but reported nothing are left to the timeout
-        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
-        try:
-            coord = TransactionCoordinator(store, materialize_inline=True)
-            for t in txns:
-                try:
-                    coord.abort(TxnId.parse(t))
-                except InvalidTxnTransition:
-                    pass  # Spark may call abort after a successful commit: that changes nothing
-        finally:
-            store.close()
+        store = RESOURCES.store(self.opts.metastore_url, self.opts.namespace)  # kept
+        coord = TransactionCoordinator(store, materialize_inline=True)
+        for t in txns:
+            try:
+                coord.abort(TxnId.parse(t))
+            except InvalidTxnTransition:
+                pass  # Spark may call abort after a successful commit: that changes nothing
 
 
 class BatchSinkWriter(StreamSinkWriter):
@@ -422,18 +406,13 @@ class BatchSinkWriter(StreamSinkWriter):
     def write(self, batches) -> PulsarTxnCommitMessage:
         from pyspark import TaskContext
 
-        from pulsar_txn.metastore import open_store
-
         ctx = TaskContext.get()
         writer = f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
-        store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
-        try:
-            segments, rows = write_rows(self.opts, self.roles, batches,
-                                        TxnId.parse(self.txn_id), writer, store)
-            return PulsarTxnCommitMessage(self.sink_id, self.txn_id, writer, tuple(segments),
-                                          rows)
-        finally:
-            store.close()
+        store = RESOURCES.store(self.opts.metastore_url, self.opts.namespace)  # kept
+        segments, rows = write_rows(self.opts, self.roles, batches,
+                                    TxnId.parse(self.txn_id), writer, store)
+        return PulsarTxnCommitMessage(self.sink_id, self.txn_id, writer, tuple(segments),
+                                      rows)
 
     def commit_job(self, messages) -> None:
         from pulsar_txn.coordinator import TransactionCoordinator

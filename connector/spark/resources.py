@@ -1,0 +1,130 @@
+"""Pulsar clients, producers and metastore connections kept for a Python worker's life.
+
+Spark reuses a Python worker for later tasks (``spark.python.worker.reuse``, on by
+default), so a task that opens its own client, a producer per topic and a Redis
+connection (and loads the scripts again) pays that on every micro-batch, and the
+broker sees producers come and go each trigger. Tasks borrow them from here
+instead. A worker runs one task at a time; the lock only guards the maps.
+
+What is shared carries no transaction state: a producer is a connection to a
+topic; the transaction and the writer ride on each message, and every task still
+opens its own writer-runs. A producer used by a task that failed is closed, not
+kept (its queue may hold sends of unknown outcome); idle ones are closed after
+``IDLE_S``; everything is closed when the worker exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from typing import Any
+
+IDLE_S = 300.0  # a producer or client nobody borrowed for this long is closed
+
+
+def _frozen(d: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in d.items() if k != "logger"))
+
+
+class WorkerResources:
+    def __init__(self, idle_s: float = IDLE_S) -> None:
+        self._idle_s = idle_s
+        self._lock = threading.Lock()
+        self._clients: dict[tuple, list[Any]] = {}  # key -> [client, last used]
+        self._producers: dict[tuple, list[Any]] = {}  # (client key, topic, kw) -> [p, used]
+        self._stores: dict[tuple, Any] = {}
+
+    @staticmethod
+    def _client_key(opts) -> tuple:
+        return (opts.service_url, _frozen(opts.client), opts.auth_plugin, opts.auth_params)
+
+    def client(self, opts):
+        """The worker's pulsar.Client for these options (built once)."""
+        import pulsar
+
+        from .options import client_kwargs
+
+        key = self._client_key(opts)
+        with self._lock:
+            self._evict_idle()
+            entry = self._clients.get(key)
+            if entry is None:
+                entry = self._clients[key] = [pulsar.Client(opts.service_url,
+                                                            **client_kwargs(opts)), 0.0]
+            entry[1] = time.monotonic()
+            return entry[0]
+
+    def producer(self, opts, topic: str, producer_kw: dict):
+        """A producer on ``topic`` (created on first use, then kept)."""
+        client = self.client(opts)
+        key = (self._client_key(opts), topic, _frozen(producer_kw))
+        with self._lock:
+            entry = self._producers.get(key)
+        if entry is None:
+            made = client.create_producer(topic, **producer_kw)
+            with self._lock:
+                entry = self._producers.setdefault(key, [made, 0.0])
+            if entry[0] is not made:
+                _close(made)
+        entry[1] = time.monotonic()
+        return entry[0]
+
+    def discard(self, producers) -> None:
+        """Close producers a failed task used; the next task makes new ones."""
+        ids = {id(p) for p in producers}
+        with self._lock:
+            gone = [k for k, (p, _) in self._producers.items() if id(p) in ids]
+            closing = [self._producers.pop(k)[0] for k in gone]
+        for p in closing:
+            _close(p)
+
+    def store(self, url: str, namespace: str):
+        """The worker's metastore connection (its scripts loaded once)."""
+        from pulsar_txn.metastore import open_store
+
+        key = (url, namespace)
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                store = self._stores[key] = open_store(url, namespace=namespace)
+            return store
+
+    def drop_store(self, url: str, namespace: str) -> None:
+        """After an error that may have left the connection unusable."""
+        with self._lock:
+            store = self._stores.pop((url, namespace), None)
+        if store is not None:
+            _close(store)
+
+    def _evict_idle(self) -> None:
+        """Called with the lock held."""
+        now = time.monotonic()
+        for key in [k for k, (_, used) in self._producers.items() if now - used > self._idle_s]:
+            _close(self._producers.pop(key)[0])
+        in_use = {k[0] for k in self._producers}
+        for key in [k for k, (_, used) in self._clients.items()
+                    if k not in in_use and now - used > self._idle_s]:
+            _close(self._clients.pop(key)[0])
+
+    def close(self) -> None:
+        with self._lock:
+            producers = [p for p, _ in self._producers.values()]
+            clients = [c for c, _ in self._clients.values()]
+            stores = list(self._stores.values())
+            self._producers.clear()
+            self._clients.clear()
+            self._stores.clear()
+        for thing in (*producers, *clients, *stores):
+            _close(thing)
+
+
+def _close(thing) -> None:
+    try:
+        thing.close()
+    except Exception:  # noqa: BLE001 - closing at worker exit or after a failure: best effort
+        pass
+
+
+RESOURCES = WorkerResources()
+atexit.register(RESOURCES.close)

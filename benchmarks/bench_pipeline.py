@@ -62,7 +62,9 @@ class Watch(threading.Thread):
                 continue
             now = time.monotonic()
             for m in batch:
-                self.seen.setdefault(int(m.value.split(b"-")[1]), now)
+                head, _, tail = m.value.partition(b"-")
+                if head.lower() == b"event" and tail.isdigit():
+                    self.seen.setdefault(int(tail), now)
 
 
 def produce(client: PulsarTxnClient, topic: str, rate: float, per_txn: int, stop: float,
@@ -107,7 +109,7 @@ def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: floa
         client = PulsarTxnClient(services.service_url, services.metastore_url, namespace=ns)
         src_topic = f"persistent://public/default/pipe-in-{uuid.uuid4().hex[:8]}"
         out_topic = f"persistent://public/default/pipe-out-{uuid.uuid4().hex[:8]}"
-        client.create_producer(src_topic).send(b"event--1")  # the topic exists
+        client.create_producer(src_topic).send(b"init")  # the topic exists
         common = {"service.url": services.service_url, "metastore.url": services.metastore_url,
                   "metastore.namespace": ns}
         source = (spark.readStream.format("pulsar-txn").options(**common)

@@ -34,6 +34,7 @@ class WorkerResources:
         self._clients: dict[tuple, list[Any]] = {}  # key -> [client, last used]
         self._producers: dict[tuple, list[Any]] = {}  # (client key, topic, kw) -> [p, used]
         self._stores: dict[tuple, Any] = {}
+        self._checked: set[tuple] = set()
 
     @staticmethod
     def _client_key(opts) -> tuple:
@@ -96,6 +97,15 @@ class WorkerResources:
             store = self._stores.pop((url, namespace), None)
         if store is not None:
             _close(store)
+
+    def checked(self, what: tuple) -> bool:
+        """Whether a one-time check (e.g. the broker answers) passed in this worker."""
+        with self._lock:
+            return what in self._checked
+
+    def mark_checked(self, what: tuple) -> None:
+        with self._lock:
+            self._checked.add(what)
 
     def _evict_idle(self) -> None:
         """Called with the lock held."""

@@ -23,7 +23,7 @@ from pulsar_txn.errors import ConfigError, InvalidTxnTransition, PulsarTxnError,
 from pulsar_txn.records import SinkBatch, TxnId, sink_owner
 from pulsar_txn.state import TxnState
 
-from .options import SinkOptions, client_kwargs, default_sink_id
+from .options import SinkOptions, default_sink_id
 from .resources import RESOURCES
 
 log = logging.getLogger("pulsar_txn.spark.sink")
@@ -276,19 +276,18 @@ class StreamSinkWriter:
     def _check_broker(self) -> None:
         """Driver-side, as the query starts: a wrong service.url fails here, naming
         the option and the address, not in every task after its timeout."""
-        import pulsar
-
         from pulsar_txn.connection import check_reachable
         from pulsar_txn.topics import normalize_any
 
         topic = normalize_any(self.opts.topic) if self.opts.topic else None
         if topic is None or not topic.startswith("persistent://"):
             return
-        client = pulsar.Client(self.opts.service_url, **client_kwargs(self.opts))
-        try:
-            check_reachable(client, self.opts.service_url, topic)
-        finally:
-            client.close()
+        # Spark makes the writer again for every micro-batch: one check per worker
+        # process is enough, on the worker's kept client
+        if RESOURCES.checked(("reachable", self.opts.service_url, topic)):
+            return
+        check_reachable(RESOURCES.client(self.opts), self.opts.service_url, topic)
+        RESOURCES.mark_checked(("reachable", self.opts.service_url, topic))
 
     # ---- executor ----
     def write(self, batches) -> PulsarTxnCommitMessage:

@@ -368,14 +368,14 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
     """Executor-side: yield Arrow batches of the committed rows of one segment range."""
     if not isinstance(part, SegmentPartition):
         return  # Spark's stand-in partition for an empty plan: nothing to read
-    import pulsar
     import pyarrow as pa
 
     from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
     from pulsar_txn.connection import naming
     from pulsar_txn.errors import InvalidTxnId
-    from pulsar_txn.metastore import open_store
     from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
+
+    from .resources import RESOURCES
 
     schema = pa.schema([
         ("key", pa.string()), ("value", pa.binary()), ("topic", pa.string()),
@@ -383,8 +383,10 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         ("publishTime", pa.timestamp("us", tz="UTC")),
         ("eventTime", pa.timestamp("us", tz="UTC")),
         ("properties", pa.map_(pa.string(), pa.string())), ("txnId", pa.string())])
-    store = open_store(opts.metastore_url, namespace=opts.namespace)
-    client = pulsar.Client(opts.service_url, **client_kwargs(opts))
+    # kept for the worker's later tasks (resources.RESOURCES): no connect, persistence
+    # check or client start-up per micro-batch
+    store = RESOURCES.store(opts.metastore_url, opts.namespace)
+    client = RESOURCES.client(opts)
     tb = TransactionBuffer(store)
     watch = None
     try:
@@ -458,8 +460,6 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
     finally:
         if watch is not None:
             watch.close()
-        client.close()
-        store.close()
 
 
 def _split(start: Pos, end: Pos, pieces: int) -> list[tuple[Pos, Pos]]:

@@ -118,18 +118,19 @@ def admin_last_message_id(admin_url: str, topic: str,
     return int(body["ledgerId"]), int(body["entryId"])
 
 
-def native_scalable_topic(admin_url: str, topic: str, auth: AdminAuth | None = None) -> bool:
+def native_scalable_topic(admin_url: str, topic: str,
+                          auth: AdminAuth | None = None) -> bool | None:
     """Whether the broker (Apache Pulsar 5.0 and later) has a native scalable topic
-    ``topic://<topic>`` of its own. Brokers without scalable topics answer 404, as
-    for a missing one; an unanswered check says no (it only sharpens an error)."""
+    ``topic://<topic>`` of its own; None when it did not answer. Brokers without
+    scalable topics answer 404, as for a missing one."""
     parts = topic.split("/")
     if len(parts) != 3:
         return False
     path = "/admin/v2/scalable/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
     try:
         return isinstance(admin_request(admin_url, "GET", path, timeout=10, auth=auth), dict)
-    except AdminError:
-        return False
+    except AdminError as e:
+        return False if e.status in (404, 405) else None
 
 
 def check_admin_url(url: str | None, option: str = "admin.url") -> str | None:

@@ -87,13 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
     mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
     ms = mt.add_subparsers(dest="metrics_cmd", required=True)
-    serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted",
-                          parents=common)
+    serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
+                          "--service-url (and the broker's credentials) also the "
+                          "per-segment gate lag", parents=[*common, _topic_options(True)])
     serve.add_argument("--port", type=int, default=9464)
     serve.add_argument("--addr", default="0.0.0.0", help="address to listen on")
-    serve.add_argument("--service-url", default=os.environ.get("PULSAR_TXN_SERVICE_URL"),
-                       help="the broker (pulsar://…), for the per-segment gate lag; "
-                       "env PULSAR_TXN_SERVICE_URL")
     _topic_parser(sub, common)
     return ap
 
@@ -224,11 +222,24 @@ def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
     ts.add_parser("list", help="the deployment's scalable topics", parents=common)
 
 
-def _topic_main(ap: argparse.ArgumentParser, args) -> int:
+def _pulsar_client(args):
+    """A pulsar.Client from the Pulsar options every command shares (authentication,
+    TLS trust); returns it with the TLS settings, which the admin calls reuse."""
     import pulsar
 
-    from pulsar_txn.admin import check_admin_url
     from pulsar_txn.client import quiet_logger
+    from pulsar_txn.connection import authentication
+
+    auth = authentication(args.auth_plugin, args.auth_params)
+    tls = {"tls_validate_hostname": bool(args.tls_validate_hostname)}
+    if args.tls_trust_certs_file:
+        tls["tls_trust_certs_file_path"] = args.tls_trust_certs_file
+    return pulsar.Client(args.service_url, logger=quiet_logger(), **tls,
+                         **({"authentication": auth} if auth else {})), tls
+
+
+def _topic_main(ap: argparse.ArgumentParser, args) -> int:
+    from pulsar_txn.admin import check_admin_url
     from pulsar_txn.scalable import ScalableTopics
 
     store = open_store(args.metastore, namespace=args.namespace)
@@ -238,18 +249,11 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
         return 0
     if not args.service_url:
         ap.error("topic: --service-url (or PULSAR_TXN_SERVICE_URL) is required")
-    from pulsar_txn.connection import authentication
-
     try:
-        auth = authentication(args.auth_plugin, args.auth_params)
+        client, tls = _pulsar_client(args)
     except PulsarTxnError as e:
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
-    tls = {"tls_validate_hostname": bool(args.tls_validate_hostname)}
-    if args.tls_trust_certs_file:
-        tls["tls_trust_certs_file_path"] = args.tls_trust_certs_file
-    client = pulsar.Client(args.service_url, logger=quiet_logger(), **tls,
-                           **({"authentication": auth} if auth else {}))
     from pulsar_txn.connection import admin_auth
 
     topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"),
@@ -283,7 +287,14 @@ def _metrics_main(args) -> int:
 
     from pulsar_txn.metrics import serve
 
-    server, _ = serve(args.metastore, args.namespace, args.port, args.addr, args.service_url)
+    client = None
+    if args.service_url:
+        try:
+            client, _ = _pulsar_client(args)
+        except PulsarTxnError as e:
+            print(f"pulsar-txn: {e}", file=sys.stderr)
+            return 2
+    server, _ = serve(args.metastore, args.namespace, args.port, args.addr, client)
     print(f"serving Prometheus metrics on http://{args.addr}:{args.port}/metrics "
           f"(namespace {args.namespace}); Ctrl-C stops", flush=True)
     try:

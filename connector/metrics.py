@@ -88,21 +88,17 @@ class StoreCollector:
 
 
 def serve(metastore_url: str, namespace: str, port: int, addr: str = "0.0.0.0",
-          service_url: str | None = None):
-    """Start the HTTP endpoint in a background thread; returns (server, thread)."""
+          client=None):
+    """Start the HTTP endpoint in a background thread; returns (server, thread).
+    ``client``: a pulsar.Client (with the broker's credentials), for the gate lag."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from pulsar_txn.metastore import open_store
 
     store = open_store(metastore_url, namespace=namespace)
     last_entry = None
-    if service_url:
-        import pulsar
-
-        from pulsar_txn.client import quiet_logger
+    if client is not None:
         from pulsar_txn.topics import last_entry as probe
-
-        client = pulsar.Client(service_url, logger=quiet_logger())
 
         def last_entry(segment: str):
             return probe(client, segment)

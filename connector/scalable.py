@@ -84,6 +84,7 @@ class ScalableTopics:
         self._cond = threading.Condition()
         self._followed: set[str] = set()
         self._watch = None
+        self._not_native: dict[str, float] = {}  # topic -> until when "not native" holds
 
     # ---- layout cache (kept current by the topic watch) ----
     def _read(self, topic: str) -> Layout:
@@ -180,8 +181,21 @@ class ScalableTopics:
 
     def _refuse_native(self, topic: str) -> None:
         """Apache Pulsar 5.0 has native topic:// topics, served by its Java v5 client
-        only; one of those must be named as such, not as a missing pulsar-txn topic."""
-        if self.admin_url and native_scalable_topic(self.admin_url, topic, self.admin_auth):
+        only; one of those must be named as such, not as a missing pulsar-txn topic.
+        A negative answer is remembered for a minute (a watch event for a topic being
+        created must not wait on the admin API each time)."""
+        if not self.admin_url:
+            return
+        now = time.monotonic()
+        if self._not_native.get(topic, 0.0) > now:
+            return
+        native = native_scalable_topic(self.admin_url, topic, self.admin_auth)
+        if native is None:
+            log.warning("topic://%s: the broker's admin API did not say whether it has a "
+                        "native scalable topic of that name", topic)
+        if not native:
+            self._not_native[topic] = now + 60.0
+        if native:
             raise TopicNotFound(
                 f"topic://{topic} is a native scalable topic of Apache Pulsar 5 (the broker "
                 "serves it itself), not a pulsar-txn topic: pulsar-txn neither reads, writes "
@@ -288,10 +302,17 @@ class ScalableTopics:
         """A terminated topic's last entry never changes, so an unanswered probe is
         asked again (a consumer racing the termination's reconnect gets NotConnected,
         seen on 5.0.0-M1) before the seal is left for a later pass."""
-        for delay in (0.2, 0.5, 1.0):
+        import pulsar
+
+        for delay in (0.2, 0.5):
             try:
                 return last_entry_strict(self.pulsar, backing)
-            except ProbeFailed:
+            except ProbeFailed as e:
+                # only a dropped connection is asked again at once; a timeout already
+                # took the client's operation timeout, and the seal is retried later
+                if not isinstance(e.__cause__, (pulsar.NotConnected, pulsar.AlreadyClosed,
+                                                pulsar.ConnectError)):
+                    raise
                 time.sleep(delay)
         return last_entry_strict(self.pulsar, backing)
 

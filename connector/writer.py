@@ -120,6 +120,51 @@ class WriterRun:
         self._p.send_async(value, self._acked if callback is None else self._chained(callback),
                            properties=self._props(properties), **kw)
 
+    def send_many(self, values: list, keys: list | None = None,
+                  properties: list | None = None, event_times: list | None = None) -> None:
+        """Asynchronous appends of many messages in order: the Spark sink's hot path.
+
+        The same as ``send_async`` for each (the first append is still synchronous and
+        records the run's position; the count of outstanding sends is what ``flush``
+        waits for), minus pulsar-client's per-call wrapper work (argument checks, a
+        builder call per property): messages are built natively, the transaction's
+        properties given as one map. ``keys``/``properties``/``event_times``: per
+        message, or None for none.
+        """
+        import _pulsar
+
+        n, i = len(values), 0
+        while i < n and self.first is None:
+            kw = {}
+            if keys is not None and keys[i]:
+                kw["partition_key"] = keys[i]
+            if event_times is not None and event_times[i]:
+                kw["event_timestamp"] = event_times[i]
+            self.send(values[i], properties[i] if properties is not None else None, **kw)
+            i += 1
+        if i >= n:
+            return
+        with self._done:
+            self._outstanding += n - i
+        native, base, done = self._p._producer, self._txn_props, self._acked
+        builder = _pulsar.MessageBuilder
+        j = i
+        try:
+            for j in range(i, n):
+                mb = builder()
+                mb.content(values[j])
+                extra = properties[j] if properties is not None else None
+                mb.properties({**extra, **base} if extra else base)
+                if keys is not None and keys[j]:
+                    mb.partition_key(keys[j])
+                if event_times is not None and event_times[j]:
+                    mb.event_timestamp(event_times[j])
+                native.send_async(mb.build(), done)
+        except BaseException:
+            with self._done:  # message j and later were never handed to the producer
+                self._outstanding -= n - j
+            raise
+
     def _acked(self, res, _msg_id) -> None:
         """Per-message callback: kept minimal, it runs once per append."""
         with self._done:

@@ -296,3 +296,58 @@ def test_spark_over_tls_with_a_client_certificate(secured, spark, redis_server, 
            .option("topicsPattern", f"persistent://public/default/{stem}.*")
            .option("admin.url", broker.admin_url_tls).load().select("value").collect())
     assert sorted(bytes(r.value).decode() for r in got) == [f"v{i}" for i in range(10)]
+
+
+@needs_reference_broker
+def test_metrics_serve_probes_a_secured_broker_for_the_gate_lag(secured, redis_server,
+                                                                  namespace):
+    """`pulsar-txn metrics serve` takes the same credentials as the other commands (here
+    from the environment): the per-segment gate lag needs the broker's last entry."""
+    import socket
+    import time
+    import urllib.request
+
+    import pulsar
+
+    from pulsar_txn.client import PulsarTxnClient
+
+    broker, token = secured
+    client = PulsarTxnClient(broker.service_url, redis_server.url, namespace=namespace,
+                             sweeper=False, authentication=pulsar.AuthenticationToken(token))
+    t = f"persistent://public/default/auth-metrics-{uuid.uuid4().hex[:8]}"
+    try:
+        producer = client.create_producer(t)
+        held = client.new_transaction(timeout_ms=120_000)
+        producer.send(b"open", txn=held)
+        producer.send(b"after")  # held back from readers by the OPEN transaction
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, "PULSAR_TXN_AUTH_PLUGIN": "token",
+               "PULSAR_TXN_AUTH_PARAMS": f"token:{token}"}
+        proc = subprocess.Popen([sys.executable, "-m", "pulsar_txn.cli", "metrics", "serve",
+                                 "--port", str(port), "--addr", "127.0.0.1",
+                                 "--metastore", redis_server.url, "--namespace", namespace,
+                                 "--service-url", broker.service_url],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)
+        try:
+            assert "serving Prometheus metrics" in proc.stdout.readline()
+            body = ""
+            for _ in range(20):  # the first scrape may race the client's connect
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                              timeout=30).read().decode()
+                if "pulsar_txn_segment_gate_lag_entries{" in body:
+                    break
+                time.sleep(0.5)
+            lag = [line for line in body.splitlines()
+                   if line.startswith("pulsar_txn_segment_gate_lag_entries{")]
+            assert lag and float(lag[0].rsplit(" ", 1)[1]) >= 1, body[-1500:]
+            assert token not in body
+        finally:
+            proc.terminate()
+            out = proc.communicate(timeout=10)[0]
+        assert token not in out
+        held.abort()
+    finally:
+        client.close()

@@ -24,12 +24,15 @@ def _scrape(port: int) -> dict[str, float]:
 
 def test_metrics_count_commits_aborts_timeouts_and_show_what_holds_readers(
         make_client, broker, redis_server, namespace, topic_name):
+    import pulsar
+
+    from pulsar_txn.client import quiet_logger
     from pulsar_txn.metrics import serve
 
     client = make_client(sweeper=False)
     port = free_port()
-    server, _ = serve(redis_server.url, namespace, port, addr="127.0.0.1",
-                      service_url=broker.service_url)
+    probe = pulsar.Client(broker.service_url, logger=quiet_logger())
+    server, _ = serve(redis_server.url, namespace, port, addr="127.0.0.1", client=probe)
     try:
         base = _scrape(port)
         assert base["pulsar_txn_created_total"] == 0
@@ -81,6 +84,7 @@ def test_metrics_count_commits_aborts_timeouts_and_show_what_holds_readers(
         assert f"pulsar_txn_segment_open_writes{{{seg}}}" not in m
     finally:
         server.shutdown()
+        probe.close()
 
 
 def test_metrics_serve_cli_answers_a_scrape(make_client, redis_server, namespace):

@@ -31,6 +31,8 @@ class MetadataStore(Protocol):
     partitions: int
     deployment: str  # carried by every transactional append (see records.PROP_DEPLOYMENT)
 
+    def still_current(self) -> bool: ...  # same deployment and server as when opened
+
     # ---- transactions (coordinator) ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId: ...
     def create_txn(self, txn_id: TxnId, timeout_ms: int, owner: str = "",

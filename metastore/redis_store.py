@@ -168,6 +168,7 @@ class RedisMetadataStore:
             self._check_persistence()
             self.partitions = self._agree_partitions(namespace, partitions)
             self.deployment = self._deployment_id(namespace)
+            self._run_id = self._server_run_id()
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise MetastoreUnavailable(f"metadata store {shown!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
@@ -226,6 +227,24 @@ class RedisMetadataStore:
         key = Keys(ns, 1).config()
         self.r.hsetnx(key, "deployment", uuid.uuid4().hex[:12])
         return str(self.r.hget(key, "deployment"))
+
+    def _server_run_id(self) -> str:
+        return str(self.r.info("server").get("run_id", ""))
+
+    def still_current(self) -> bool:
+        """Whether the server still holds this namespace as it was opened: the same
+        deployment id and partitions, and the same server process. A process that keeps
+        a store for later jobs (a Spark worker) asks before each reuse; a wiped or
+        replaced metastore at the same URL, or a restarted server, needs a fresh open
+        (deployment id, partitions, persistence check), never the remembered ones."""
+        try:
+            deployment, partitions = self.r.hmget(Keys(self.keys.ns, 1).config(),
+                                                  "deployment", "partitions")
+            return (deployment == self.deployment and partitions is not None
+                    and int(partitions) == self.partitions
+                    and self._server_run_id() == self._run_id)
+        except (redis.RedisError, ValueError):
+            return False
 
     def close(self) -> None:
         self.pool.disconnect()

@@ -43,3 +43,36 @@ def test_invalid_topic_names_are_refused_when_options_are_parsed(topic):
         SinkOptions.from_options(_lower({**BASE, "topic": topic}))
     with pytest.raises(ConfigError, match="option 'topics'"):
         SourceOptions.from_options(_lower({**BASE, "topics": f"ok,{topic}"}))
+
+
+def test_java_client_tls_names_are_accepted_and_a_setting_given_twice_is_refused():
+    import pulsar
+    import pytest
+
+    from pulsar_txn.errors import ConfigError
+    from pulsar_txn.spark.options import _passthrough
+
+    got = _passthrough({"pulsar.client.tlstrustcertsfilepath": "/ca.pem",
+                        "pulsar.client.tlshostnameverificationenable": "true",
+                        "pulsar.client.tlsallowinsecureconnection": "false"},
+                       "pulsar.client.", pulsar.Client.__init__)
+    assert got == {"tls_trust_certs_file_path": "/ca.pem", "tls_validate_hostname": True,
+                   "tls_allow_insecure_connection": False}
+    with pytest.raises(ConfigError, match="given twice"):
+        _passthrough({"pulsar.client.tlstrustcertsfilepath": "/a.pem",
+                      "pulsar.client.tls_trust_certs_file_path": "/b.pem"},
+                     "pulsar.client.", pulsar.Client.__init__)
+
+
+def test_admin_credentials_never_show_the_token():
+    from pulsar_txn.admin import AdminAuth
+    from pulsar_txn.connection import admin_auth
+
+    auth = admin_auth("token", "token:s3cr3t-t0ken", {"tls_trust_certs_file_path": "/ca.pem",
+                                                     "tls_validate_hostname": True})
+    assert auth.token == "s3cr3t-t0ken" and auth.trust_certs_file == "/ca.pem"
+    assert auth.validate_hostname
+    assert "s3cr3t" not in repr(auth) and "s3cr3t" not in str(auth)
+    tls = admin_auth("tls", "tlsCertFile:/c.pem,tlsKeyFile:/k.pem", {})
+    assert (tls.cert_file, tls.key_file, tls.token) == ("/c.pem", "/k.pem", None)
+    assert AdminAuth().ssl_context().check_hostname is False  # pulsar-client's default

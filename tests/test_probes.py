@@ -184,3 +184,31 @@ def test_latest_start_of_the_spark_source_fails_when_the_last_entry_is_unknown()
     with pytest.raises(PulsarTxnError):
         offset = source.initial_offset()
         pytest.fail(f"'latest' resolved to {offset} although the last entry is unknown")
+
+
+def _varint(v: int) -> bytes:
+    out = b""
+    while True:
+        b, v = v & 0x7F, v >> 7
+        if not v:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def test_batch_size_is_read_from_the_serialized_message_id():
+    """The wire's MessageIdData carries batch_size as field 6 (after a negative
+    partition, an ack set and an index); an id without it says 'unknown', never 1."""
+    import _pulsar
+
+    from pulsar_txn.topics import batch_size
+
+    def mid(*fields: tuple[int, int, bytes]) -> object:
+        return _pulsar.MessageId.deserialize(
+            b"".join(_varint(f << 3 | w) + v for f, w, v in fields))
+
+    full = mid((1, 0, _varint(123)), (2, 0, _varint(45)), (3, 0, _varint(2**64 - 1)),
+               (4, 0, _varint(2)), (6, 0, _varint(300)))
+    assert (full.ledger_id(), full.entry_id(), full.batch_index()) == (123, 45, 2)
+    assert batch_size(full) == 300
+    assert batch_size(_pulsar.MessageId(-1, 5, 6, -1)) is None
+    assert batch_size(mid((1, 0, _varint(1)), (2, 0, _varint(2)))) is None

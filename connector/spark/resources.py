@@ -10,7 +10,10 @@ What is shared carries no transaction state: a producer is a connection to a
 topic; the transaction and the writer ride on each message, and every task still
 opens its own writer-runs. A producer used by a task that failed is closed, not
 kept (its queue may hold sends of unknown outcome); idle ones are closed after
-``IDLE_S``; everything is closed when the worker exits.
+``IDLE_S``, checked when a task starts. At a normal interpreter exit everything is
+closed; PySpark usually ends its workers with ``os._exit`` or a kill, and then the
+broker and Redis drop the connections (every task flushed its sends before it
+returned, so nothing is left in flight).
 """
 
 from __future__ import annotations
@@ -28,8 +31,12 @@ def _frozen(d: dict) -> tuple:
 
 
 class WorkerResources:
-    def __init__(self, idle_s: float = IDLE_S) -> None:
+    def __init__(self, idle_s: float = IDLE_S, make_client=None, open_store=None) -> None:
+        """``make_client(opts)``/``open_store(url, namespace)``: how to make them (the
+        defaults: pulsar.Client with the options' settings, metastore.open_store)."""
         self._idle_s = idle_s
+        self._make_client = make_client or _make_client
+        self._open_store = open_store or _open_store
         self._lock = threading.Lock()
         self._clients: dict[tuple, list[Any]] = {}  # key -> [client, last used]
         self._producers: dict[tuple, list[Any]] = {}  # (client key, topic, kw) -> [p, used]
@@ -40,19 +47,19 @@ class WorkerResources:
     def _client_key(opts) -> tuple:
         return (opts.service_url, _frozen(opts.client), opts.auth_plugin, opts.auth_params)
 
-    def client(self, opts):
-        """The worker's pulsar.Client for these options (built once)."""
-        import pulsar
-
-        from .options import client_kwargs
-
-        key = self._client_key(opts)
+    def begin_task(self) -> None:
+        """Close what no task borrowed for ``idle_s``. Called as a task starts, when the
+        worker holds nothing for a running task (one task at a time per worker)."""
         with self._lock:
             self._evict_idle()
+
+    def client(self, opts):
+        """The worker's pulsar.Client for these options (built once)."""
+        key = self._client_key(opts)
+        with self._lock:
             entry = self._clients.get(key)
             if entry is None:
-                entry = self._clients[key] = [pulsar.Client(opts.service_url,
-                                                            **client_kwargs(opts)), 0.0]
+                entry = self._clients[key] = [self._make_client(opts), 0.0]
             entry[1] = time.monotonic()
             return entry[0]
 
@@ -81,15 +88,23 @@ class WorkerResources:
             _close(p)
 
     def store(self, url: str, namespace: str):
-        """The worker's metastore connection (its scripts loaded once)."""
-        from pulsar_txn.metastore import open_store
-
+        """The worker's metastore connection (its scripts loaded once), checked before
+        each reuse: a metastore wiped, replaced or restarted since it was opened is
+        opened afresh (deployment id, partitions, persistence check), so no task
+        classifies or stamps entries with a deployment id that is no longer current."""
         key = (url, namespace)
         with self._lock:
             store = self._stores.get(key)
-            if store is None:
-                store = self._stores[key] = open_store(url, namespace=namespace)
+        if store is not None and store.still_current():
             return store
+        if store is not None:
+            self.drop_store(url, namespace)
+        made = self._open_store(url, namespace)
+        with self._lock:
+            store = self._stores.setdefault(key, made)
+        if store is not made:
+            _close(made)
+        return store
 
     def drop_store(self, url: str, namespace: str) -> None:
         """After an error that may have left the connection unusable."""
@@ -97,6 +112,9 @@ class WorkerResources:
             store = self._stores.pop((url, namespace), None)
         if store is not None:
             _close(store)
+
+    def client_key(self, opts) -> tuple:
+        return self._client_key(opts)
 
     def checked(self, what: tuple) -> bool:
         """Whether a one-time check (e.g. the broker answers) passed in this worker."""
@@ -127,6 +145,20 @@ class WorkerResources:
             self._stores.clear()
         for thing in (*producers, *clients, *stores):
             _close(thing)
+
+
+def _make_client(opts):
+    import pulsar
+
+    from .options import client_kwargs
+
+    return pulsar.Client(opts.service_url, **client_kwargs(opts))
+
+
+def _open_store(url: str, namespace: str):
+    from pulsar_txn.metastore import open_store
+
+    return open_store(url, namespace=namespace)
 
 
 def _close(thing) -> None:

@@ -114,12 +114,29 @@ class _PlainRun:
         self._p = producer
         self.errors: list[str] = []
 
-    def send_async(self, value, properties=None, **kw) -> None:
-        def done(res, _msg_id) -> None:
-            if res != pulsar.Result.Ok:
-                self.errors.append(str(res))
+    def _done(self, res, _msg_id) -> None:
+        if res != pulsar.Result.Ok:
+            self.errors.append(str(res))
 
-        self._p.send_async(value, done, properties=properties or {}, **kw)
+    def send_async(self, value, properties=None, **kw) -> None:
+        self._p.send_async(value, self._done, properties=properties or {}, **kw)
+
+    def send_many(self, values: list, keys: list | None = None,
+                  properties: list | None = None, event_times: list | None = None) -> None:
+        """Like WriterRun.send_many, without a transaction."""
+        import _pulsar
+
+        native, done, builder = self._p._producer, self._done, _pulsar.MessageBuilder
+        for j in range(len(values)):
+            mb = builder()
+            mb.content(values[j])
+            if properties is not None and properties[j]:
+                mb.properties(properties[j])
+            if keys is not None and keys[j]:
+                mb.partition_key(keys[j])
+            if event_times is not None and event_times[j]:
+                mb.event_timestamp(event_times[j])
+            native.send_async(mb.build(), done)
 
     def flush(self) -> None:
         self._p.flush()
@@ -185,6 +202,32 @@ class _ScalableWrites:
             self.scalable.close()
 
 
+def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list | None,
+                                                       list | None]:
+    """(values, keys, properties, event times) of an Arrow batch as the producer takes
+    them: bytes, str, dict, epoch milliseconds; converted by Arrow, not row by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    value = batch.column(roles["value"])
+    if value.null_count:
+        raise ConfigError("column 'value' is null in a row; the pulsar-txn sink needs a "
+                          "value for every row")
+    values = (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()
+    keys = None
+    if "key" in roles:
+        key = batch.column(roles["key"])
+        keys = (key if pa.types.is_string(key.type) else key.cast(pa.string())).to_pylist()
+    props = None
+    if "properties" in roles:
+        props = [dict(p) if p else None for p in batch.column(roles["properties"]).to_pylist()]
+    times = None
+    if "eventtime" in roles:
+        t = batch.column(roles["eventtime"])
+        times = pc.cast(pc.cast(t, pa.timestamp("ms", tz=t.type.tz)), pa.int64()).to_pylist()
+    return values, keys, props, times
+
+
 def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
                writer: str, store) -> tuple[list[str], int]:
     """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
@@ -192,6 +235,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
     from pulsar_txn.topics import normalize_any, partition_for, partitions_of
     from pulsar_txn.writer import WriterRun
 
+    RESOURCES.begin_task()
     client = RESOURCES.client(opts)  # kept for the worker's later tasks, like producers
     producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
@@ -206,6 +250,24 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
             n = batch.num_rows
             if n == 0:
                 continue
+            if default_topic is not None and not default_topic.startswith("topic://"):
+                split = partitioned.get(default_topic)
+                if split is None:
+                    with naming(opts.service_url, what=f"looking up {default_topic}"):
+                        split = partitioned[default_topic] = partitions_of(client,
+                                                                           default_topic)
+                if len(split) == 1:  # the common case: one plain topic, whole columns
+                    run = runs.get(default_topic)
+                    if run is None:
+                        with naming(opts.service_url,
+                                    what=f"creating a producer on {default_topic}"):
+                            producer = RESOURCES.producer(opts, default_topic, producer_kw)
+                        run = runs[default_topic] = (
+                            _PlainRun(producer) if txn_id is None else
+                            WriterRun(store, txn_id, default_topic, writer, producer))
+                    run.send_many(*wire_columns(batch, roles))
+                    rows += n
+                    continue
             cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
             values = cols["value"]
             keys = cols.get("key")
@@ -284,10 +346,11 @@ class StreamSinkWriter:
             return
         # Spark makes the writer again for every micro-batch: one check per worker
         # process is enough, on the worker's kept client
-        if RESOURCES.checked(("reachable", self.opts.service_url, topic)):
+        checked = ("reachable", RESOURCES.client_key(self.opts), topic)  # with credentials
+        if RESOURCES.checked(checked):
             return
         check_reachable(RESOURCES.client(self.opts), self.opts.service_url, topic)
-        RESOURCES.mark_checked(("reachable", self.opts.service_url, topic))
+        RESOURCES.mark_checked(checked)
 
     # ---- executor ----
     def write(self, batches) -> PulsarTxnCommitMessage:

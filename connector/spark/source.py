@@ -169,8 +169,11 @@ class Planner:
         from pulsar_txn.scalable import read_layout
 
         lay = read_layout(self.store, topic[len("topic://"):])
-        if lay is None:
-            raise ConfigError(f"scalable topic {topic} does not exist")
+        if lay is None:  # the client's error: what the name is (a 5.0 native topic?)
+            from pulsar_txn.scalable import ScalableTopics
+
+            return ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
+                                  admin_auth=self._admin_auth()).layout(topic)
         return lay
 
     def units(self, cur: dict[str, Pos]) -> list[Unit]:
@@ -385,6 +388,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
         ("properties", pa.map_(pa.string(), pa.string())), ("txnId", pa.string())])
     # kept for the worker's later tasks (resources.RESOURCES): no connect, persistence
     # check or client start-up per micro-batch
+    RESOURCES.begin_task()
     store = RESOURCES.store(opts.metastore_url, opts.namespace)
     client = RESOURCES.client(opts)
     tb = TransactionBuffer(store)

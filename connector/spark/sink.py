@@ -241,8 +241,26 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                    "max_pending_messages": 10_000, **opts.producer}
     runs: dict[str, WriterRun] = {}
-    scalable: _ScalableWrites | None = None
     partitioned: dict[str, list[str]] = {}
+
+    def run_for(topic: str):
+        """This task's writer-run on a plain topic, on the worker's kept producer."""
+        run = runs.get(topic)
+        if run is None:
+            with naming(opts.service_url, what=f"creating a producer on {topic}"):
+                producer = RESOURCES.producer(opts, topic, producer_kw)
+            run = runs[topic] = (_PlainRun(producer) if txn_id is None else
+                                 WriterRun(store, txn_id, topic, writer, producer))
+        return run
+
+    def partitions(topic: str) -> list[str]:
+        split = partitioned.get(topic)
+        if split is None:
+            with naming(opts.service_url, what=f"looking up {topic}"):
+                split = partitioned[topic] = partitions_of(client, topic)
+        return split
+
+    scalable: _ScalableWrites | None = None
     rows = 0
     try:
         default_topic = normalize_any(opts.topic) if opts.topic else None
@@ -250,24 +268,12 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
             n = batch.num_rows
             if n == 0:
                 continue
-            if default_topic is not None and not default_topic.startswith("topic://"):
-                split = partitioned.get(default_topic)
-                if split is None:
-                    with naming(opts.service_url, what=f"looking up {default_topic}"):
-                        split = partitioned[default_topic] = partitions_of(client,
-                                                                           default_topic)
-                if len(split) == 1:  # the common case: one plain topic, whole columns
-                    run = runs.get(default_topic)
-                    if run is None:
-                        with naming(opts.service_url,
-                                    what=f"creating a producer on {default_topic}"):
-                            producer = RESOURCES.producer(opts, default_topic, producer_kw)
-                        run = runs[default_topic] = (
-                            _PlainRun(producer) if txn_id is None else
-                            WriterRun(store, txn_id, default_topic, writer, producer))
-                    run.send_many(*wire_columns(batch, roles))
-                    rows += n
-                    continue
+            if (default_topic is not None and not default_topic.startswith("topic://")
+                    and len(partitions(default_topic)) == 1):
+                # the common case, one plain topic: whole columns, no per-row routing
+                run_for(default_topic).send_many(*wire_columns(batch, roles))
+                rows += n
+                continue
             cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
             values = cols["value"]
             keys = cols.get("key")
@@ -299,19 +305,10 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                     scalable.send(topic, v, kw.get("partition_key"), p,
                                   kw.get("event_timestamp"))
                     continue
-                split = partitioned.get(topic)
-                if split is None:
-                    with naming(opts.service_url, what=f"looking up {topic}"):
-                        split = partitioned[topic] = partitions_of(client, topic)
+                split = partitions(topic)
                 if len(split) > 1:  # a partitioned topic: one writer-run per partition
                     topic = split[partition_for(kw.get("partition_key"), len(split), rows + i)]
-                run = runs.get(topic)
-                if run is None:
-                    with naming(opts.service_url, what=f"creating a producer on {topic}"):
-                        producer = RESOURCES.producer(opts, topic, producer_kw)
-                    run = runs[topic] = (_PlainRun(producer) if txn_id is None else
-                                         WriterRun(store, txn_id, topic, writer, producer))
-                run.send_async(v, p, **kw)
+                run_for(topic).send_async(v, p, **kw)
             rows += n
         for run in runs.values():
             run.flush()

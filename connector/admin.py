@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.errors import AdminError, ConfigError
 
 
 def admin_topic_path(topic: str) -> str:
@@ -29,12 +29,6 @@ def admin_topic_path(topic: str) -> str:
         raise ValueError(f"not a topic name: {topic!r}")
     quoted = "/".join(urllib.parse.quote(p, safe="") for p in parts)
     return f"/admin/v2/{domain or 'persistent'}/{quoted}"
-
-
-class AdminError(PulsarTxnError):
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)

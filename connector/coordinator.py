@@ -20,7 +20,7 @@ from pulsar_txn.errors import (
     TxnNotFound,
     TxnTimedOut,
 )
-from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.metastore.base import Collected, Materialized, MetadataStore
 from pulsar_txn.records import SinkBatch, TxnHeader, TxnId
 from pulsar_txn.state import TxnState
 
@@ -131,13 +131,14 @@ class TransactionCoordinator:
         elif self._queue is not None:
             self._queue.put((txn_id, None if segments is None else tuple(segments)))
 
-    def materialize(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> str:
+    def materialize(self, txn_id: TxnId,
+                    segments: Iterable[str] | None = None) -> Materialized:
         return self.store.materialize_txn(txn_id, segments)
 
     def sweep_materialize(self) -> int:
         done = 0
         for txn_id in self.store.unmaterialized_txns():
-            if self.materialize(txn_id) == "OK":
+            if self.materialize(txn_id) is Materialized.DONE:
                 done += 1
         return done
 
@@ -180,10 +181,10 @@ class TransactionCoordinator:
         removed = 0
         for txn_id, _ in self.store.finalized_txns(before_ms=cutoff):
             status = self.store.gc_txn(txn_id, cutoff)
-            if status == "UNMATERIALIZED":  # never drop a header before its losers are listed
+            if status is Collected.UNMATERIALIZED:  # never drop a header before its losers are listed
                 self.materialize(txn_id)
                 status = self.store.gc_txn(txn_id, cutoff)
-            if status == "OK":
+            if status is Collected.DONE:
                 removed += 1
         return removed
 

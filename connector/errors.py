@@ -114,3 +114,28 @@ class SinkBoundToOtherQuery(ConfigError):
 
 class SinkFenced(PulsarTxnError):
     """The sink id was re-bound to another query: this query's batch is not committed."""
+
+
+class MetastoreError(PulsarTxnError):
+    """The metadata store rejected a request as malformed or failed inside a
+    script: a bug or a misconfigured server, so repeating it will not help."""
+
+
+class TopicNotFound(PulsarTxnError, LookupError):
+    """No such scalable topic (its DAG is not in the metadata store)."""
+
+
+class ProbeFailed(PulsarTxnError):
+    """The broker did not tell a topic's last entry (no answer, or no usable one)."""
+
+
+class DataLoss(PulsarTxnError):
+    """Entries of a planned range can no longer be read (deleted topic or ledgers)."""
+
+
+class AdminError(PulsarTxnError):
+    """The broker's REST admin API refused or failed a call (``status``: HTTP code)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

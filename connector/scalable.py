@@ -48,16 +48,18 @@ from pulsar_txn.dag import (
     plan_merge,
     plan_split,
 )
-from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout, SegmentSealed
-from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.errors import (
+    ConfigError,
+    PulsarTxnError,
+    ReadTimeout,
+    SegmentSealed,
+    TopicNotFound,
+)
+from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
 from pulsar_txn.records import BEFORE_EARLIEST, Position
 from pulsar_txn.topics import WHOLE_ENTRY, ProbeFailed, last_entry, last_entry_strict, scan
 
 log = logging.getLogger(__name__)
-
-
-class TopicNotFound(PulsarTxnError, LookupError):
-    pass
 
 
 def read_layout(store: MetadataStore, topic: str) -> Layout | None:
@@ -237,13 +239,13 @@ class ScalableTopics:
             parents, kids = plan(lay, raw[1])
             for k in kids:  # exist before anyone routes there (and can be terminated later)
                 self._touch(k.backing)
-            status, value = self.store.change_layout(
+            change = self.store.change_layout(
                 topic, lay.epoch, parents, [k.to_json() for k in kids], raw[1] + len(kids))
-            if status == "OK":
+            if change.verdict is LayoutVerdict.APPLIED:
                 break
-            if status == "NOTACTIVE":
-                raise ConfigError(f"segment {value} of topic://{topic} is not ACTIVE")
-            if status == "NOTFOUND":
+            if change.verdict is LayoutVerdict.NOT_ACTIVE:
+                raise ConfigError(f"segment {change.value} of topic://{topic} is not ACTIVE")
+            if change.verdict is LayoutVerdict.NOT_FOUND:
                 raise TopicNotFound(f"scalable topic topic://{topic} does not exist")
             # STALE: another admin changed the layout first; plan again on the new one
         else:

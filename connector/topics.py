@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from pulsar_txn.errors import BrokerUnavailable, ConfigError, PulsarTxnError
+from pulsar_txn.errors import BrokerUnavailable, ConfigError, DataLoss, ProbeFailed
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,6 @@ def normalize_any(topic: str) -> str:
     if is_scalable(topic):
         return "topic://" + normalize_scalable(topic)
     return normalize_topic(topic)
-
-
-class ProbeFailed(PulsarTxnError):
-    """The broker did not tell a topic's last entry (no answer, or no usable one)."""
 
 
 _PROBE = "__ptxn-probe-"
@@ -228,10 +224,6 @@ def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
         raise ProbeFailed(f"{topic}: it has entries but its last one is unknown "
                           f"({first_answer!r}); try again")
     return None
-
-
-class DataLoss(PulsarTxnError):
-    """Entries of a planned range can no longer be read (deleted topic or ledgers)."""
 
 
 _END_OF_LEDGER = 2**63 - 1  # Position.previous() of entry 0: after every entry of a ledger

@@ -15,6 +15,7 @@ from helpers import raw_entries
 
 from pulsar_txn.client import read_all
 from pulsar_txn.dag import SEALED
+from pulsar_txn.metastore.base import LayoutVerdict
 from pulsar_txn.records import PROP_TXN
 
 
@@ -241,9 +242,9 @@ def test_reader_finishes_a_seal_whose_admin_stopped_half_way(sclient, scalable_n
     parents, kids = plan_split(lay, 0, 1)
     for k in kids:
         topics._touch(k.backing)
-    status, _ = sclient.store.change_layout(lay.topic, lay.epoch, parents,
-                                            [k.to_json() for k in kids], 3)
-    assert status == "OK"                              # ... and the admin died here
+    change = sclient.store.change_layout(lay.topic, lay.epoch, parents,
+                                         [k.to_json() for k in kids], 3)
+    assert change.verdict is LayoutVerdict.APPLIED     # ... and the admin died here
     assert topics.layout(scalable_name, refresh=True).segments[0].end is None
     for seq in range(3, 6):
         p.send(f"k:{seq}".encode(), key="k")           # re-routed to a child

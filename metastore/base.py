@@ -9,6 +9,8 @@ without any change to the coordinator, buffer or pending-ack code.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 from pulsar_txn.records import (
@@ -21,6 +23,40 @@ from pulsar_txn.records import (
     WriteRecord,
 )
 from pulsar_txn.state import TxnState
+
+
+class Materialized(Enum):
+    """What ``materialize_txn`` found (the cleanup of an ended transaction)."""
+    DONE = "done"            # this call removed its index entries and listed its losers
+    ALREADY = "already"      # an earlier call did
+    GONE = "gone"            # no header (collected, or never created)
+    OPEN = "open"            # not ended: nothing to clean yet
+
+
+class Collected(Enum):
+    """What ``gc_txn`` did with a finalized transaction's records."""
+    DONE = "done"                      # removed; its id is recorded as collected
+    KEPT = "kept"                      # id in a gap of unknown ids: header kept, off the indexes
+    GONE = "gone"                      # already removed
+    OPEN = "open"                      # not ended
+    UNMATERIALIZED = "unmaterialized"  # its losers are not listed yet (H2): materialize first
+    YOUNG = "young"                    # finalized after the cutoff
+    ACKS_PENDING = "acks_pending"      # committed acks not yet applied to the broker
+
+
+class LayoutVerdict(Enum):
+    APPLIED = "applied"
+    STALE = "stale"            # another change won the epoch: plan again
+    NOT_FOUND = "not_found"    # no such scalable topic
+    NOT_ACTIVE = "not_active"  # a parent segment is sealed already
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    """The split/merge CAS's answer: ``epoch`` (APPLIED, STALE) or the segment id
+    that is not ACTIVE (NOT_ACTIVE)."""
+    verdict: LayoutVerdict
+    value: str = ""
 
 
 class Watch(Protocol):
@@ -43,13 +79,14 @@ class MetadataStore(Protocol):
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
                 segments: Iterable[str] | None = None, sink: SinkBatch | None = None
                 ) -> tuple[TxnHeader, bool, bool]: ...
-    def materialize_txn(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> str: ...
+    def materialize_txn(self, txn_id: TxnId,
+                        segments: Iterable[str] | None = None) -> Materialized: ...
     def unmaterialized_txns(self, limit: int = 1000) -> list[TxnId]: ...
     def expired_txns(self, limit: int = 1000) -> list[TxnId]: ...
     def open_txns(self) -> list[tuple[TxnId, int]]: ...
     def finalized_txns(self, before_ms: int | None = None,
                        limit: int = 1000) -> list[tuple[TxnId, int]]: ...
-    def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> str: ...
+    def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> Collected: ...
     def collected(self, txn_ids: Sequence[TxnId]) -> set[TxnId]: ...
     def metrics_snapshot(self, max_open: int = 10_000) -> dict: ...
     def server_time_ms(self) -> int: ...
@@ -72,8 +109,10 @@ class MetadataStore(Protocol):
                    ) -> tuple[int, int, dict[int, str], int, str] | None: ...
     def get_segment(self, topic: str, segment_id: int) -> str | None: ...
     def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
-                      children: Sequence[str], next_id: int) -> tuple[str, str]: ...
-    def seal_end(self, topic: str, segment_id: int, end: str) -> str: ...
+                      children: Sequence[str], next_id: int) -> LayoutChange: ...
+    def seal_end(self, topic: str, segment_id: int, end: str) -> str:
+        """Fix a sealed segment's end once; the value that stands (raises
+        TopicNotFound, or ConfigError for an ACTIVE segment)."""
     def list_topics(self) -> list[str]: ...
     def watch_topics(self, topics: Callable[[], Iterable[str]],
                      callback: Callable[[str | None], None]) -> Watch: ...

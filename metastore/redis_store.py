@@ -23,10 +23,12 @@ from redis.retry import Retry
 from pulsar_txn.errors import (
     AckConflict,
     ConfigError,
+    MetastoreError,
     MetastoreUnavailable,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
+    TopicNotFound,
     TxnIdStale,
     TxnNotFound,
     TxnNotOpen,
@@ -44,6 +46,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
+from .base import Collected, LayoutChange, LayoutVerdict, Materialized
 from .keys import Keys
 from .watch import RedisTopicWatch, RedisWatch
 
@@ -90,11 +93,29 @@ def _translate(fn):
             raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
         except redis.ResponseError as e:
-            raise MetastoreUnavailable(f"metadata store refused the request: {e}") from e
+            # A script error or a rejected command: repeating it cannot help (a
+            # server that is still loading or a failover in progress is a
+            # ConnectionError above, or BUSY/LOADING/TRYAGAIN here).
+            where = getattr(args[0], "url", "?") if args else "?"
+            if str(e).split(" ", 1)[0] in ("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN"):
+                raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
+                                           f"is not ready: {e}") from e
+            raise MetastoreError(f"metadata store {where!r} (option 'metastore.url') refused "
+                                 f"the request: {e}") from e
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+# The scripts' status replies, as the boundary's typed answers.
+_MATERIALIZED = {"OK": Materialized.DONE, "ALREADY": Materialized.ALREADY,
+                 "GONE": Materialized.GONE, "OPEN": Materialized.OPEN}
+_COLLECTED = {"OK": Collected.DONE, "KEPT": Collected.KEPT, "GONE": Collected.GONE,
+              "OPEN": Collected.OPEN, "UNMATERIALIZED": Collected.UNMATERIALIZED,
+              "YOUNG": Collected.YOUNG, "ACKS_PENDING": Collected.ACKS_PENDING}
+_LAYOUT = {"OK": LayoutVerdict.APPLIED, "STALE": LayoutVerdict.STALE,
+           "NOTFOUND": LayoutVerdict.NOT_FOUND, "NOTACTIVE": LayoutVerdict.NOT_ACTIVE}
 
 
 def _header_from(txn_id: TxnId, h: dict[str, str]) -> TxnHeader:
@@ -250,6 +271,7 @@ class RedisMetadataStore:
         self.pool.disconnect()
 
     # ---- transactions ----
+    @_translate
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
         if partition is None:
             partition = (partition_of(owner, self.partitions) if owner
@@ -357,7 +379,8 @@ class RedisMetadataStore:
         return _header_from(txn_id, fields), status == "OK", status == "OK" and res[2] == "1"
 
     @_translate
-    def materialize_txn(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> str:
+    def materialize_txn(self, txn_id: TxnId,
+                        segments: Iterable[str] | None = None) -> Materialized:
         """Clean an ended txn's open-write entries and list its losers (idempotent)."""
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         segs = sorted(set(segments)) if segments is not None else None
@@ -370,7 +393,7 @@ class RedisMetadataStore:
             status = self._s["materialize_txn"](
                 keys=keys, args=[seq, self.event_maxlen, len(segs), *segs])[0]
             if status != "RETRY":
-                return status
+                return _MATERIALIZED[status]
             segs = None  # the caller did not know every segment: read the records
         raise MetastoreUnavailable(f"transaction {txn_id}: could not list its segments")
 
@@ -409,12 +432,12 @@ class RedisMetadataStore:
                 for s, sc in rows]
 
     @_translate
-    def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> str:
+    def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> Collected:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
-        return self._s["gc_txn"](
+        return _COLLECTED[self._s["gc_txn"](
             keys=[k.header(p, seq), k.writes(p, seq), k.acks(p, seq), k.finalized(p),
                   k.owners(p), k.live(p), k.collected(p), k.gc(p), k.gaps(p), k.seq(p)],
-            args=[seq, cutoff_ms])[0]
+            args=[seq, cutoff_ms])[0]]
 
     @_translate
     def collected(self, txn_ids: Sequence[TxnId]) -> set[TxnId]:
@@ -737,14 +760,14 @@ class RedisMetadataStore:
 
     @_translate
     def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
-                      children: Sequence[str], next_id: int) -> tuple[str, str]:
-        """The split/merge CAS: ('OK', epoch) | ('STALE', epoch) | ('NOTACTIVE', id) | ..."""
+                      children: Sequence[str], next_id: int) -> LayoutChange:
+        """The split/merge CAS (epoch-checked)."""
         k = self.keys
         res = self._s["change_layout"](
             keys=[k.topic_dag(topic), k.topic_events(topic)],
             args=[expected_epoch, self.event_maxlen, next_id, json.dumps(list(parents)),
                   *children])
-        return res[0], (res[1] if len(res) > 1 else "")
+        return LayoutChange(_LAYOUT[res[0]], res[1] if len(res) > 1 else "")
 
     @_translate
     def seal_end(self, topic: str, segment_id: int, end: str) -> str:
@@ -754,8 +777,10 @@ class RedisMetadataStore:
                                   args=[segment_id, end, self.event_maxlen])
         if res[0] in ("OK", "ALREADY"):
             return res[1]
-        raise PulsarTxnError(f"topic {topic}: cannot fix the end of segment {segment_id} "
-                             f"({res[0]})")
+        if res[0] == "NOTFOUND":
+            raise TopicNotFound(f"scalable topic topic://{topic} has no segment {segment_id}")
+        raise ConfigError(f"topic://{topic}: segment {segment_id} is still ACTIVE; only a "
+                          "sealed segment's end can be fixed")
 
     @_translate
     def list_topics(self) -> list[str]:

@@ -58,9 +58,8 @@ def run(services: Services, reps: int) -> dict:
                 split_s.append(time.perf_counter() - t0)
             time.sleep(0.1)  # both cases: let the split's watchers settle first
             if i % 4 < 2:  # the CAS alone (runs flushed untimed first)
-                for run in txn._runs.values():
-                    run.flush()
-                winners = {w for _, w in txn._runs}
+                txn.flush()
+                winners = txn.writers
                 t0 = time.perf_counter()
                 client.coordinator.commit(txn.id, winners, txn.segments)
                 bucket = commit

@@ -17,10 +17,15 @@ import os
 import sys
 import time
 
+from pulsar_txn.admin import check_admin_url
+from pulsar_txn.connection import admin_auth, authentication, quiet_logger
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
+from pulsar_txn.metrics import serve
 from pulsar_txn.records import TxnHeader, TxnId, sink_owner
+from pulsar_txn.scalable.admin import ScalableTopics
+from pulsar_txn.spark.options import sink_id_for_checkpoint
 
 
 def _header_dict(h: TxnHeader, now_ms: int) -> dict:
@@ -135,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "batch":
             sink = args.sink
             if "/" in sink or sink.startswith("file:") or os.path.isdir(sink):
-                from pulsar_txn.spark.options import sink_id_for_checkpoint
-
                 sink = sink_id_for_checkpoint(sink)  # the query id in its metadata file
             last, query_id = store.sink_progress(sink)
             t = (store.find_owner(sink_owner(sink, query_id, args.batch_id))
@@ -227,9 +230,6 @@ def _pulsar_client(args):
     TLS trust); returns it with the TLS settings, which the admin calls reuse."""
     import pulsar
 
-    from pulsar_txn.client import quiet_logger
-    from pulsar_txn.connection import authentication
-
     auth = authentication(args.auth_plugin, args.auth_params)
     tls = {"tls_validate_hostname": bool(args.tls_validate_hostname)}
     if args.tls_trust_certs_file:
@@ -239,9 +239,6 @@ def _pulsar_client(args):
 
 
 def _topic_main(ap: argparse.ArgumentParser, args) -> int:
-    from pulsar_txn.admin import check_admin_url
-    from pulsar_txn.scalable import ScalableTopics
-
     store = open_store(args.metastore, namespace=args.namespace)
     if args.topic_cmd == "list":
         for t in store.list_topics():
@@ -254,7 +251,6 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
     except PulsarTxnError as e:
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
-    from pulsar_txn.connection import admin_auth
 
     topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"),
                             admin_auth=admin_auth(args.auth_plugin, args.auth_params, tls))
@@ -284,8 +280,6 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
 
 def _metrics_main(args) -> int:
     import threading
-
-    from pulsar_txn.metrics import serve
 
     client = None
     if args.service_url:

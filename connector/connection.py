@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pulsar_txn.errors import BrokerUnavailable
+import pulsar
+
+from pulsar_txn.admin import AdminAuth
+from pulsar_txn.errors import BrokerUnavailable, ConfigError
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -65,8 +68,6 @@ def _token(params: str) -> str:
     """``token:<jwt>``, ``file:///path``, ``env:VAR`` or the bare token."""
     import os
 
-    from pulsar_txn.errors import ConfigError
-
     params = params.strip()
     if params.startswith("token:"):
         return params[len("token:"):]
@@ -91,8 +92,6 @@ def _tls(params: str) -> tuple[str, str]:
     """``tlsCertFile:/c.pem,tlsKeyFile:/k.pem`` (the Java form) or that as JSON."""
     import json
 
-    from pulsar_txn.errors import ConfigError
-
     try:
         parsed = (json.loads(params) if params.strip().startswith("{") else
                   dict(kv.split(":", 1) for kv in params.split(",") if kv.strip()))
@@ -106,8 +105,6 @@ def authentication(plugin: str | None, params: str | None):
     """A pulsar-client authentication object from a plugin name and its parameters,
     or None. Errors name the options, never the parameters (they hold secrets)."""
     import pulsar
-
-    from pulsar_txn.errors import ConfigError
 
     if not plugin:
         if params:
@@ -142,10 +139,13 @@ def admin_auth(plugin: str | None, params: str | None, client_settings: dict):
     """The REST admin API's credentials and TLS trust, from the same options as the
     binary protocol: the token, or the TLS client certificate, and the ``tls_*``
     pulsar.Client settings (trust store, hostname verification)."""
-    from pulsar_txn.admin import AdminAuth
-
     cert = key = None
     if plugin and plugin.strip().lower() in _TLS:
         cert, key = _tls(params or "")
     return AdminAuth.from_client_settings(bearer_token(plugin, params), client_settings,
                                           cert_file=cert, key_file=key)
+
+
+def quiet_logger() -> pulsar.ConsoleLogger:
+    """pulsar-client's own log at warnings only (its info lines are per connection)."""
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)

@@ -181,7 +181,7 @@ class TransactionCoordinator:
         removed = 0
         for txn_id, _ in self.store.finalized_txns(before_ms=cutoff):
             status = self.store.gc_txn(txn_id, cutoff)
-            if status is Collected.UNMATERIALIZED:  # never drop a header before its losers are listed
+            if status is Collected.UNMATERIALIZED:  # never drop a header before its losers listed
                 self.materialize(txn_id)
                 status = self.store.gc_txn(txn_id, cutoff)
             if status is Collected.DONE:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from pulsar_txn.errors import ConfigError
+from pulsar_txn.metastore.base import SegmentState
 from pulsar_txn.records import BEFORE_EARLIEST, Position
 
 HASH_SPACE = 1 << 16
-ACTIVE, SEALED = "ACTIVE", "SEALED"
 SCHEME = "topic://"
 
 _NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
@@ -125,7 +125,7 @@ class Segment:
     lo: int  # inclusive hash range
     hi: int
     backing: str
-    state: str = ACTIVE
+    state: SegmentState = SegmentState.ACTIVE
     parents: tuple[int, ...] = ()
     children: tuple[int, ...] = ()
     created_epoch: int = 1
@@ -138,7 +138,7 @@ class Segment:
 
     @property
     def active(self) -> bool:
-        return self.state == ACTIVE
+        return self.state is SegmentState.ACTIVE
 
     def covers(self, h: int) -> bool:
         return self.lo <= h <= self.hi
@@ -146,7 +146,7 @@ class Segment:
     def to_json(self) -> str:
         end = "" if self.end is None else ("-" if self.end == BEFORE_EARLIEST else str(self.end))
         return json.dumps({"id": self.id, "lo": self.lo, "hi": self.hi, "backing": self.backing,
-                           "state": self.state, "parents": list(self.parents),
+                           "state": self.state.value, "parents": list(self.parents),
                            "children": list(self.children), "ce": self.created_epoch,
                            "se": self.sealed_epoch, "st": self.sealed_ms, "end": end},
                           separators=(",", ":"))
@@ -156,7 +156,7 @@ class Segment:
         d = json.loads(raw)
         end = d.get("end") or ""
         return cls(id=int(d["id"]), lo=int(d["lo"]), hi=int(d["hi"]), backing=d["backing"],
-                   state=d["state"], parents=tuple(_ids(d.get("parents"))),
+                   state=SegmentState(d["state"]), parents=tuple(_ids(d.get("parents"))),
                    children=tuple(_ids(d.get("children"))), created_epoch=int(d.get("ce", 1)),
                    sealed_epoch=d.get("se"), sealed_ms=d.get("st"),
                    end=None if end == "" else BEFORE_EARLIEST if end == "-"
@@ -204,9 +204,13 @@ class Layout:
                 return s
         return None
 
-    def parents_done(self, seg: Segment, done: Iterable[int]) -> bool:
-        finished = set(done)
-        return all(p in finished for p in seg.parents)
+    def admissible(self, done: Iterable[int], started: Iterable[int] = ()) -> list[Segment]:
+        """The one admission rule: segments that may be read now, in read order —
+        not done, not started, and every parent read to its end (so for any key,
+        every entry of a parent comes before every entry of a child)."""
+        finished, skip = set(done), set(started)
+        return [s for s in self.read_order() if s.id not in finished and s.id not in skip
+                and all(p in finished for p in s.parents)]
 
     def read_order(self) -> list[Segment]:
         """Segments in happens-before order: every parent before its children."""
@@ -278,5 +282,5 @@ def _active(layout: Layout, segment_id: int) -> Segment:
     if seg is None:
         raise ConfigError(f"{layout.name} has no segment {segment_id}")
     if not seg.active:
-        raise ConfigError(f"segment {segment_id} of {layout.name} is {seg.state}, not ACTIVE")
+        raise ConfigError(f"segment {segment_id} of {layout.name} is {seg.state.value}, not ACTIVE")
     return seg

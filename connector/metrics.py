@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+from pulsar_txn.broker_io import last_entry as probe
+from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -93,13 +95,9 @@ def serve(metastore_url: str, namespace: str, port: int, addr: str = "0.0.0.0",
     ``client``: a pulsar.Client (with the broker's credentials), for the gate lag."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from pulsar_txn.metastore import open_store
-
     store = open_store(metastore_url, namespace=namespace)
     last_entry = None
     if client is not None:
-        from pulsar_txn.topics import last_entry as probe
-
         def last_entry(segment: str):
             return probe(client, segment)
     registry = CollectorRegistry()

@@ -64,7 +64,7 @@ class Position:
         """The entry just before this one (the gate sits one below the first OPEN write)."""
         if self.entry > 0:
             return Position(self.ledger, self.entry - 1)
-        return Position(self.ledger - 1, 2**63 - 1) if self.ledger > 0 else BEFORE_EARLIEST
+        return Position(self.ledger - 1, END_OF_LEDGER) if self.ledger > 0 else BEFORE_EARLIEST
 
     def __str__(self) -> str:
         return f"{self.ledger}:{self.entry}" + (f":{self.batch}" if self.batch >= 0 else "")
@@ -78,6 +78,8 @@ class Position:
 
 
 BEFORE_EARLIEST = Position(-1, -1)
+WHOLE_ENTRY = 2**31 - 1  # a batch index above every real one: "the whole entry"
+END_OF_LEDGER = 2**63 - 1  # an entry id after every entry of its ledger
 
 
 @dataclass(frozen=True)

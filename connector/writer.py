@@ -26,7 +26,7 @@ class WriterRun:
         self.txn_id = txn_id
         self.segment = segment
         self.writer = writer
-        self._p = producer  # a pulsar.Producer for the segment
+        self.producer = producer  # the pulsar.Producer of the segment
         self.first: Position | None = None
         self.sent = 0
         self.errors: list[str] = []
@@ -92,7 +92,7 @@ class WriterRun:
     def _append(self, value: bytes, properties: dict | None, kw: dict):
         self._ensure_registered()
         try:
-            msg_id = self._p.send(value, properties=self._props(properties), **kw)
+            msg_id = self.producer.send(value, properties=self._props(properties), **kw)
         except pulsar.TopicTerminated:
             # refused, so certainly not stored: a registration that never stored anything
             # may go (a scalable segment's producer re-routes the send)
@@ -117,8 +117,8 @@ class WriterRun:
             return
         with self._done:
             self._outstanding += 1
-        self._p.send_async(value, self._acked if callback is None else self._chained(callback),
-                           properties=self._props(properties), **kw)
+        done = self._acked if callback is None else self._chained(callback)
+        self.producer.send_async(value, done, properties=self._props(properties), **kw)
 
     def send_many(self, values: list, keys: list | None = None,
                   properties: list | None = None, event_times: list | None = None) -> None:
@@ -146,7 +146,7 @@ class WriterRun:
             return
         with self._done:
             self._outstanding += n - i
-        native, base, done = self._p._producer, self._txn_props, self._acked
+        native, base, done = self.producer._producer, self._txn_props, self._acked
         builder = _pulsar.MessageBuilder
         j = i
         try:
@@ -204,7 +204,7 @@ class WriterRun:
     def flush(self, timeout_s: float = 120.0) -> None:
         """Wait until every append is acknowledged; raise if any failed."""
         try:
-            self._p.flush()
+            self.producer.flush()
         except Exception:
             # a sealed segment's producer is closed once its sends resolved (the
             # scalable producer drained it); the outstanding count below is the truth

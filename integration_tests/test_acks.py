@@ -419,7 +419,7 @@ def test_a_copy_handed_out_again_after_an_aborted_own_ack_is_checked_again(
     again = c.receive(5000)
     assert again.value == b"m0"
     elsewhere = client.new_transaction()  # another consumer's committed ack of m0
-    elsewhere._add_ack_store(c.acks)
+    elsewhere.enlist(c.acks)
     c.acks.acknowledge(elsewhere.id, [again.position])
     elsewhere.commit()
     later = client.new_transaction()

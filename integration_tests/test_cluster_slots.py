@@ -108,7 +108,8 @@ def _workload(make_client, broker, topic_name, redis_server, namespace) -> None:
     sink_id, query = f"sink-{uuid.uuid4().hex[:6]}", f"q-{uuid.uuid4().hex[:6]}"
     client.store.bind_sink(sink_id, query)
     owner = sink_owner(sink_id, query, 0)
-    owned = Transaction(client, client.coordinator.new_transaction(60_000, owner=owner))
+    owned = Transaction(client.store, client.coordinator.new_transaction(60_000, owner=owner),
+                        client.coordinator)
     p3.send(b"sink-0", txn=owned)
     client.coordinator.commit(owned.id, sink=SinkBatch(sink_id, query, 0))
     assert client.store.sink_progress(sink_id) == (0, query)

@@ -69,7 +69,7 @@ def test_watch_resyncs_after_a_redis_restart_and_wakes_a_waiting_reader(
         writer_client = PulsarTxnClient(broker.service_url, server.url, namespace="rs",
                                         sweeper=False)
         committed = time.monotonic()
-        writer_client.coordinator.commit(txn.id, [w for _, w in txn._runs])  # event lost
+        writer_client.coordinator.commit(txn.id, txn.writers)  # event lost
         th.join(15)
         assert got == [b"held"]
         waited = woke[0] - committed

@@ -40,7 +40,7 @@ def test_zombie_writer_after_end_is_fenced(client, plain_pulsar, topic_name):
     p.send(b"ok", txn=txn)
     txn.commit()
     # a zombie holding a stale OPEN view of the txn, with a new writer-run
-    stale = Transaction(client, txn.header)
+    stale = Transaction(client.store, txn.header, client.coordinator)
     stale._state = stale.header.state.__class__("OPEN")
     zombie = client.create_producer(t)
     with pytest.raises(TxnNotOpen):

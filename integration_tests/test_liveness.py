@@ -89,11 +89,13 @@ def test_owner_retry_after_an_unswept_timeout_gets_a_fresh_txn(make_client, topi
     client = make_client(sweeper=False)
     t = topic_name()
     p = client.create_producer(t)
-    first = Transaction(client, client.coordinator.new_transaction(300, owner="sink-x:3"))
+    first = Transaction(client.store, client.coordinator.new_transaction(300, owner="sink-x:3"),
+                        client.coordinator)
     p.send(b"dead attempt", txn=first)
     time.sleep(0.45)  # past the deadline; nothing sweeps
     assert client.coordinator.get(first.id).state is TxnState.OPEN
-    retry = Transaction(client, client.coordinator.new_transaction(60_000, owner="sink-x:3"))
+    retry = Transaction(client.store, client.coordinator.new_transaction(60_000, owner="sink-x:3"),
+                        client.coordinator)
     assert retry.id != first.id and retry.header.state is TxnState.OPEN
     assert client.coordinator.get(first.id).state is TxnState.ABORTED
     p.send(b"retry", txn=retry)
@@ -130,7 +132,7 @@ def test_ended_txn_whose_cleanup_never_ran_holds_no_reader(
     no reader or Spark plan may stall behind a txn that has ended."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pulsar_txn.spark.source import StreamSource
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     t = topic_name()
     committer = make_client(sweeper=False)
@@ -144,13 +146,14 @@ def test_ended_txn_whose_cleanup_never_ran_holds_no_reader(
     assert committer.store.open_writes(p.segment), "the cleanup ran after all"
     reader = make_client(sweeper=False).create_reader(t)
     assert values(reader) == [b"committed", b"plain"]
-    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
-                        "metastore.namespace": namespace, "topic": t,
-                        "startingOffsets": "earliest"})
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": t,
+                                 "startingOffsets": "earliest"})
     try:
         src.planner.coordinator.sweep_if_due = lambda *a, **k: None  # no sweep to help
-        start = src.initial_offset()
-        end = src.latest_offset(start, ReadAllAvailable())
+        start = src.initialOffset()
+        end = src.latestOffset(start, ReadAllAvailable())
         assert end != start and src.planner.gate_and_lac(p.segment, (-1, -1, -1))[2] == 0
     finally:
         src.stop()

@@ -14,8 +14,7 @@ import pytest
 from helpers import raw_entries
 
 from pulsar_txn.client import read_all
-from pulsar_txn.dag import SEALED
-from pulsar_txn.metastore.base import LayoutVerdict
+from pulsar_txn.metastore.base import LayoutVerdict, SegmentState
 from pulsar_txn.records import PROP_TXN
 
 
@@ -87,7 +86,7 @@ def test_per_key_order_holds_across_split_and_merge_with_concurrent_producers(
 
     wait_progress(15)
     lay = topics.split(scalable_name, 0)           # 0 -> 2, 3
-    assert lay.segments[0].state == SEALED and lay.segments[0].end is not None
+    assert lay.segments[0].state is SegmentState.SEALED and lay.segments[0].end is not None
     wait_progress(35)
     lay = topics.merge(scalable_name, 3, 1)        # 3 + 1 -> 4
     for t in threads:
@@ -117,7 +116,7 @@ def _txn_across_split(sclient, name, keys=10):
         for k in range(keys):
             producer.send(f"k{k}:{seq}".encode(), key=f"k{k}", txn=txn)
     lay = topics.split(name, 0)                    # the txn's segment is sealed mid-txn
-    assert lay.segments[0].state == SEALED
+    assert lay.segments[0].state is SegmentState.SEALED
     for seq in range(5, 10):
         for k in range(keys):
             producer.send(f"k{k}:{seq}".encode(), key=f"k{k}", txn=txn)

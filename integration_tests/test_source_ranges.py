@@ -14,7 +14,8 @@ def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
     from such a start: the query stalled, then failed with DataLoss)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pulsar_txn.spark.source import StreamSource, read_partition
+    from pulsar_txn.spark.partition_reader import read_partition
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     for _ in range(2):  # ledger ids are global: the topic's first ledger is not 0
@@ -24,15 +25,16 @@ def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
     held = writer.new_transaction()
     p.send(b"held", txn=held)  # entry 0 of the topic's ledger
     p.send(b"plain")
-    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
-                        "metastore.namespace": namespace, "topic": topic,
-                        "startingOffsets": "earliest"})
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": topic,
+                                 "startingOffsets": "earliest"})
     try:
-        start = src.initial_offset()
-        first = src.latest_offset(start, ReadAllAvailable())
+        start = src.initialOffset()
+        first = src.latestOffset(start, ReadAllAvailable())
         writer.coordinator.commit(held.id)
         assert writer.store.get_header(held.id).state is TxnState.COMMITTED
-        second = src.latest_offset(first, ReadAllAvailable())
+        second = src.latestOffset(first, ReadAllAvailable())
         rows = [v for a, b in ((start, first), (first, second))
                 for part in src.partitions(a, b)
                 for batch in read_partition(src.opts, part)
@@ -50,7 +52,8 @@ def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_
     import pulsar
 
     from pulsar_txn.records import BEFORE_EARLIEST
-    from pulsar_txn.spark.source import SegmentPartition, StreamSource, encode
+    from pulsar_txn.spark.offsets import SegmentPartition, encode
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     topic = topic_name("held")
@@ -62,9 +65,10 @@ def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_
     raw = writer.pulsar.create_reader(p.segment, pulsar.MessageId.earliest)
     last = [raw.read_next(5000).message_id() for _ in range(3)][-1]
     raw.close()
-    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
-                        "metastore.namespace": namespace, "topic": topic,
-                        "startingOffsets": "earliest"})
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": topic,
+                                 "startingOffsets": "earliest"})
     part = SegmentPartition(p.segment, encode((BEFORE_EARLIEST.ledger, BEFORE_EARLIEST.entry,
                                                -1)),
                             encode((last.ledger_id(), last.entry_id(), -1)), topic)
@@ -74,7 +78,7 @@ def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_
 def _read_in_thread(src, part):
     import threading
 
-    from pulsar_txn.spark.source import read_partition
+    from pulsar_txn.spark.partition_reader import read_partition
 
     out: dict = {}
 
@@ -129,7 +133,7 @@ def test_executor_gives_up_on_an_open_txn_past_its_deadline_naming_it(
     """Bounded by the txn's own deadline plus a sweep's grace (no fixed timeout, no
     local clock): an abandoned txn nobody aborts fails the task with its id, and
     nothing of it is delivered."""
-    import pulsar_txn.spark.source as source
+    import pulsar_txn.spark.partition_reader as source
 
     monkeypatch.setattr(source, "_OUTCOME_GRACE_S", 0.5)
     writer, held, src, part = _range_over_an_open_txn(
@@ -154,7 +158,9 @@ def test_a_broker_outage_mid_read_is_never_skipped_as_lost_data(
 
     from pulsar_txn.errors import BrokerUnavailable
     from pulsar_txn.records import BEFORE_EARLIEST
-    from pulsar_txn.spark.source import SegmentPartition, StreamSource, encode, read_partition
+    from pulsar_txn.spark.offsets import SegmentPartition, encode
+    from pulsar_txn.spark.partition_reader import read_partition
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     topic = topic_name("outage")
@@ -164,11 +170,12 @@ def test_a_broker_outage_mid_read_is_never_skipped_as_lost_data(
     raw = writer.pulsar.create_reader(p.segment, pulsar.MessageId.earliest)
     ids = [raw.read_next(5000).message_id() for _ in range(50)]
     raw.close()
-    src = StreamSource({"service.url": broker.service_url, "metastore.url": redis_server.url,
-                        "metastore.namespace": namespace, "topic": topic,
-                        "failOnDataLoss": "false", "dataTimeoutMs": "1500",
-                        "pulsar.reader.receiver_queue_size": "1",
-                        "pulsar.client.operation_timeout_seconds": "3"})
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": topic,
+                                 "failOnDataLoss": "false", "dataTimeoutMs": "1500",
+                                 "pulsar.reader.receiver_queue_size": "1",
+                                 "pulsar.client.operation_timeout_seconds": "3"})
     part = SegmentPartition(p.segment,
                             encode((BEFORE_EARLIEST.ledger, BEFORE_EARLIEST.entry, -1)),
                             encode((ids[-1].ledger_id(), ids[-1].entry_id(), -1)), topic)
@@ -196,7 +203,8 @@ def test_a_range_ending_at_a_batched_last_entry_ends_without_waiting_for_more(
     so a scan that still waits cannot pass."""
     import time
 
-    from pulsar_txn.topics import WHOLE_ENTRY, batch_size, scan
+    from pulsar_txn.broker_io import batch_size, scan
+    from pulsar_txn.records import WHOLE_ENTRY
 
     t = topic_name("batch-end")
     producer = plain_pulsar.create_producer(t, batching_enabled=True, batching_max_messages=3,

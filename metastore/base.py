@@ -25,6 +25,13 @@ from pulsar_txn.records import (
 from pulsar_txn.state import TxnState
 
 
+class SegmentState(str, Enum):
+    """A scalable topic's segment, as its descriptor records it (the layout
+    scripts check it: a write registers only on an ACTIVE segment)."""
+    ACTIVE = "ACTIVE"
+    SEALED = "SEALED"
+
+
 class Materialized(Enum):
     """What ``materialize_txn`` found (the cleanup of an ended transaction)."""
     DONE = "done"            # this call removed its index entries and listed its losers

@@ -4,7 +4,6 @@ import pytest
 
 from pulsar_txn.dag import (
     HASH_SPACE,
-    SEALED,
     Layout,
     Segment,
     initial_segments,
@@ -14,6 +13,7 @@ from pulsar_txn.dag import (
     plan_split,
 )
 from pulsar_txn.errors import ConfigError
+from pulsar_txn.metastore.base import SegmentState
 from pulsar_txn.records import BEFORE_EARLIEST, Position
 
 
@@ -21,7 +21,7 @@ def _apply(lay: Layout, parents, kids) -> Layout:
     segs = dict(lay.segments)
     for p in parents:
         old = segs[p]
-        segs[p] = Segment(old.id, old.lo, old.hi, old.backing, SEALED, old.parents,
+        segs[p] = Segment(old.id, old.lo, old.hi, old.backing, SegmentState.SEALED, old.parents,
                           tuple(k.id for k in kids), old.created_epoch, lay.epoch + 1)
     for k in kids:
         segs[k.id] = k
@@ -104,10 +104,10 @@ def test_murmur3_matches_the_published_vectors_and_routes_like_upstream():
 
 
 def test_descriptor_json_round_trips_with_end():
-    s = Segment(3, 0, 10, "persistent://a/b/c-seg-3", SEALED, (1,), (4, 5), 2, 3,
+    s = Segment(3, 0, 10, "persistent://a/b/c-seg-3", SegmentState.SEALED, (1,), (4, 5), 2, 3,
                 Position(7, 9))
     assert Segment.from_json(s.to_json()) == s
-    empty = Segment(3, 0, 10, "x", SEALED, end=BEFORE_EARLIEST)
+    empty = Segment(3, 0, 10, "x", SegmentState.SEALED, end=BEFORE_EARLIEST)
     assert Segment.from_json(empty.to_json()).end == BEFORE_EARLIEST
     assert Segment.from_json(Segment(1, 0, 1, "x").to_json()).end is None
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pulsar
 import pytest
 
-from pulsar_txn import topics
+from pulsar_txn import broker_io
+from pulsar_txn.broker_io import last_entry, last_entry_strict
 from pulsar_txn.errors import PulsarTxnError
-from pulsar_txn.topics import last_entry, last_entry_strict
 
 TOPIC = "persistent://public/default/probed"
 
@@ -154,15 +154,15 @@ def test_probe_subscription_is_deleted_when_the_subscribe_reply_is_lost(probe):
         probe(broker, TOPIC)
     except PulsarTxnError:
         pass
-    assert topics.wait_probe_cleanup(10)  # removed in the background: the caller goes on
+    assert broker_io.wait_probe_cleanup(10)  # removed in the background: the caller goes on
     assert broker.subscriptions == set()
 
 
 def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away(monkeypatch):
-    monkeypatch.setattr(topics, "_CLEANUP_BACKOFF_S", 0.0)
+    monkeypatch.setattr(broker_io, "_CLEANUP_BACKOFF_S", 0.0)
     broker = _Broker(unsubscribe_faults=4)
     assert last_entry(broker, TOPIC) == (3, 7)
-    assert topics.wait_probe_cleanup(10)
+    assert broker_io.wait_probe_cleanup(10)
     assert broker.subscriptions == set()
 
 
@@ -170,7 +170,8 @@ def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away
 
 def test_latest_start_of_the_spark_source_fails_when_the_last_entry_is_unknown():
     from pulsar_txn.buffer import max_read_position
-    from pulsar_txn.spark.source import Planner, StreamSource
+    from pulsar_txn.spark.planning import Planner
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     planner = Planner.__new__(Planner)
     planner.opts = SimpleNamespace(pattern=None, topics=(TOPIC,))
@@ -178,11 +179,11 @@ def test_latest_start_of_the_spark_source_fails_when_the_last_entry_is_unknown()
     planner.store = SimpleNamespace(open_writes=lambda segment: [])
     planner._max_read_position = max_read_position
     planner._partitions, planner._topic_of = {}, {}
-    source = StreamSource.__new__(StreamSource)
+    source = PulsarTxnStreamReader.__new__(PulsarTxnStreamReader)
     source.opts = SimpleNamespace(starting="latest", starting_timestamp_ms=None)
     source._planner = planner
     with pytest.raises(PulsarTxnError):
-        offset = source.initial_offset()
+        offset = source.initialOffset()
         pytest.fail(f"'latest' resolved to {offset} although the last entry is unknown")
 
 
@@ -200,7 +201,7 @@ def test_batch_size_is_read_from_the_serialized_message_id():
     partition, an ack set and an index); an id without it says 'unknown', never 1."""
     import _pulsar
 
-    from pulsar_txn.topics import batch_size
+    from pulsar_txn.broker_io import batch_size
 
     def mid(*fields: tuple[int, int, bytes]) -> object:
         return _pulsar.MessageId.deserialize(

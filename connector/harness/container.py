@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pulsar_txn.admin import admin_terminate
+
 IMAGE = "apachepulsar/pulsar:4.0.8"
 
 
@@ -47,7 +49,5 @@ class PulsarContainer:
             self._c = None
 
     def terminate_topic(self, topic: str) -> bool:
-        from pulsar_txn.admin import admin_terminate
-
         admin_terminate(self.admin_url, topic)
         return True

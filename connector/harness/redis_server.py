@@ -12,6 +12,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from pulsar_txn.harness.tls import make_ca
+
 from .ports import free_port, stop_process, wait_tcp
 
 
@@ -80,8 +82,6 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def _make_certs(self) -> Path:
-        from pulsar_txn.harness.tls import make_ca
-
         return make_ca(self.workdir / "tls").dir
 
     def start(self) -> RedisServer:

@@ -40,6 +40,7 @@ from pulsar_txn.admin import (  # noqa: F401  (re-exported for the harness's use
     admin_terminate,
     admin_topic_path,
 )
+from pulsar_txn.harness.tls import make_ca
 
 MAIN_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
 LIB_ENV = "PULSAR_TXN_STANDALONE_LIB"
@@ -326,7 +327,6 @@ class PulsarStandalone:
         (TLS authentication) but not required, so token clients connect too."""
         if not self.tls:
             return ""
-        from pulsar_txn.harness.tls import make_ca
 
         self.ca = make_ca(self.workdir / "tls")
         return "\n".join([

@@ -1,0 +1,356 @@
+"""Broker I/O on plain topics: last-entry probes, range scans, partition lists.
+
+pulsar-client 3.x has no "last message id" call that works on every broker we
+support, so the last entry is asked with a throw-away probe subscription; a
+range ``(start, end]`` is read with a reader that stops at ``end`` and tells
+lost data (deleted ledgers) from a broker that is merely unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from pulsar_txn.errors import BrokerUnavailable, DataLoss, ProbeFailed
+from pulsar_txn.records import END_OF_LEDGER
+
+log = logging.getLogger(__name__)
+
+Pos = tuple[int, int, int]  # (ledgerId, entryId, batchIndex): a range bound
+_BEFORE: Pos = (-1, -1, -1)
+
+
+def _fmt(p: Pos) -> str:
+    return f"{p[0]}:{p[1]}:{p[2]}"
+
+
+_PROBE = "__ptxn-probe-"
+_CLEANUP_ATTEMPTS = 6
+_CLEANUP_BACKOFF_S = 1.0  # doubled after each failed background attempt
+_CLEANUP_MAX_PENDING = 10_000  # a long broker outage must not grow the queue without end
+_cleanup: queue.SimpleQueue | None = None
+_cleanup_pending = 0
+_cleanup_cond = threading.Condition()
+
+
+def _ask_last(client, topic: str) -> tuple[int, int] | None:
+    """The broker's last confirmed entry (``None``: it holds none), or the client's error.
+
+    pulsar-client has no non-durable consumer and its Reader cannot ask for the last
+    message id, so the probe is a throw-away durable subscription: it is deleted
+    whatever happens (:func:`_drop_probe`), or it would pin the topic's backlog.
+    """
+    import pulsar
+
+    name = f"{_PROBE}{uuid.uuid4().hex[:12]}"
+    consumer = None
+    try:
+        consumer = client.subscribe(topic, name, initial_position=pulsar.InitialPosition.Latest,
+                                    receiver_queue_size=1)
+        mid = consumer.get_last_message_id()
+        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
+    finally:
+        _drop_probe(client, topic, name, consumer)
+
+
+def _drop_probe(client, topic: str, name: str, consumer) -> None:
+    """Delete a probe subscription, also when the probe failed half way.
+
+    An unsubscribe can fail on a connection blip, and a subscribe whose reply was lost
+    may have created the subscription all the same: it is then subscribed to again by
+    name and deleted — once here after a failed unsubscribe, then by a background
+    thread with backoff, so a caller facing an unreachable broker is not held longer.
+    """
+    if consumer is not None and (_unsubscribe(client, topic, name, consumer)
+                                 or _unsubscribe(client, topic, name, None)):
+        return
+    _cleanup_later(client, topic, name)
+
+
+def _unsubscribe(client, topic: str, name: str, consumer) -> bool:
+    import pulsar
+
+    try:
+        if consumer is None:
+            consumer = client.subscribe(topic, name,
+                                        initial_position=pulsar.InitialPosition.Latest,
+                                        receiver_queue_size=1)
+        consumer.unsubscribe()
+        return True
+    except Exception as e:
+        log.debug("removing probe subscription %s of %s failed: %s", name, topic, e)
+        if consumer is not None:
+            try:
+                consumer.close()  # free the exclusive subscription for the next attempt
+            except Exception:
+                pass
+        return False
+
+
+def _cleanup_later(client, topic: str, name: str) -> None:
+    global _cleanup, _cleanup_pending
+    with _cleanup_cond:
+        if _cleanup is None:
+            _cleanup = queue.SimpleQueue()
+            threading.Thread(target=_cleanup_loop, args=(_cleanup,), daemon=True,
+                             name="pulsar-txn-probe-cleanup").start()
+        if _cleanup_pending >= _CLEANUP_MAX_PENDING:
+            log.error("probe subscription %s of %s left behind (%d removals pending); it "
+                      "pins the topic's backlog until deleted with the admin API",
+                      name, topic, _cleanup_pending)
+            return
+        _cleanup_pending += 1
+        _cleanup.put((client, topic, name))
+
+
+def _cleanup_loop(q: queue.SimpleQueue) -> None:
+    global _cleanup_pending
+    while True:
+        client, topic, name = q.get()
+        delay = _CLEANUP_BACKOFF_S
+        for attempt in range(_CLEANUP_ATTEMPTS):
+            if attempt:
+                time.sleep(delay)
+                delay *= 2
+            if _unsubscribe(client, topic, name, None):
+                break
+        else:
+            log.error("probe subscription %s of %s could not be removed; it pins the topic's "
+                      "backlog until deleted with the admin API", name, topic)
+        with _cleanup_cond:
+            _cleanup_pending -= 1
+            _cleanup_cond.notify_all()
+
+
+def wait_probe_cleanup(timeout_s: float) -> bool:
+    """Wait until no probe subscription is left to remove in the background (tests, close)."""
+    with _cleanup_cond:
+        return _cleanup_cond.wait_for(lambda: _cleanup_pending == 0, timeout_s)
+
+
+def last_entry(client, topic: str) -> tuple[int, int] | None:
+    """The last confirmed entry of a topic; ``None`` when it holds none *or the probe
+    failed*: only for planning, which plans again at the next trigger. Anything that
+    fixes a position from the answer (a seal's end, a 'latest' start) uses
+    :func:`last_entry_strict`."""
+    try:
+        return _ask_last(client, topic)
+    except Exception as e:  # pulsar-lite answers an empty topic with an error, too
+        log.debug("last entry of %s unknown: %s", topic, e)
+        return None
+
+
+def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
+    """Like :func:`last_entry`, but ``None`` only when the broker *said* it is empty.
+
+    A seal's end is fixed once and for all from it, and a 'latest' start too, so an
+    unanswered probe (a timeout, a lost connection) raises :class:`ProbeFailed` and the
+    caller tries again later; waiting for a read that brings nothing is no answer
+    either. pulsar-lite answers an empty topic with an UnknownError ("Topic has no
+    messages"); that answer is confirmed by asking a second way, a non-durable reader
+    from the earliest entry, which must again say "nothing" (False, or the same error).
+    """
+    import pulsar
+
+    try:
+        return _ask_last(client, topic)
+    except pulsar.UnknownError as e:
+        first_answer: Exception = e
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
+    try:
+        available = reader.has_message_available()
+    except pulsar.UnknownError:
+        return None  # the same "no messages" answer, asked another way
+    except Exception as e:
+        raise ProbeFailed(f"{topic}: cannot tell its last entry ({first_answer!r}, then "
+                          f"{e!r}); try again") from e
+    finally:
+        try:
+            reader.close()
+        except Exception:
+            pass
+    if available:
+        raise ProbeFailed(f"{topic}: it has entries but its last one is unknown "
+                          f"({first_answer!r}); try again")
+    return None
+
+
+BATCH_END_WAIT_MS = 200  # the end entry's size unknown: how long to wait for more of it
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def batch_size(message_id) -> int | None:
+    """How many messages the entry of a batched message holds, or None if unknown.
+
+    pulsar-client's Python API has no accessor for it, but the serialized id (the
+    wire's MessageIdData) carries it as field 6 for a received batched message. A
+    scan that reaches the last message of its end entry then knows it is done,
+    instead of waiting to learn that nothing else of that entry comes.
+    """
+    data = message_id.serialize()
+    i = 0
+    try:
+        while i < len(data):
+            tag, i = _varint(data, i)
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value, i = _varint(data, i)
+                if field == 6:
+                    return value or None
+            elif wire == 2:
+                length, i = _varint(data, i)
+                i += length
+            elif wire == 1:
+                i += 8
+            elif wire == 5:
+                i += 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
+         fail_on_data_loss: bool = True, reader: dict | None = None,
+         batch_end_wait_ms: int = BATCH_END_WAIT_MS) -> Iterator[tuple[Pos, object]]:
+    """Yield (position, native message) for start < position <= end, in order.
+
+    Starts the reader *inclusively* at the start entry and filters, rather than
+    trusting exclusive starts inside batches; never seeks (pulsar-lite cannot).
+    """
+    import pulsar
+
+    if end <= start:
+        return
+    settings = {"receiver_queue_size": 2000, **(reader or {})}
+
+    def open_at(at: Pos):
+        if at == _BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
+            # no entry to start at: before the first, or "the end of ledger L" (a gate
+            # just below entry 0 of the next ledger), which a broker need not resolve
+            # (pulsar-lite delivers nothing from it). Earlier entries are filtered out.
+            mid, inclusive = pulsar.MessageId.earliest, False
+        else:
+            mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
+        return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
+                                    **settings)
+    reader = open_at(start)
+    native = reader._reader
+    last: Pos | None = None
+    end_size: int | None = None  # messages in the end entry, once one of them is read
+    reconnects = 0
+    try:
+        while True:
+            at_end_entry = last is not None and (last[0], last[1]) == (end[0], end[1])
+            wait = batch_end_wait_ms if at_end_entry else timeout_ms
+            try:
+                raw = native.read_next(wait)
+            except (pulsar.NotConnected, pulsar.AlreadyClosed, pulsar.ConnectError) as e:
+                # a connection the broker dropped (a restart, a glitch): read on from
+                # where this scan is, a few times, rather than fail the whole task
+                reconnects += 1
+                if reconnects > 3:
+                    raise BrokerUnavailable(f"{segment}: the reader lost its connection "
+                                            f"{reconnects} times ({e})") from e
+                log.warning("%s: reader disconnected (%s); reading on from %s", segment, e,
+                            _fmt(last or start))
+                _close_quietly(reader)
+                reader = open_at((last[0], last[1], -1) if last is not None else start)
+                native = reader._reader
+                continue
+            except pulsar.Timeout:
+                if at_end_entry:
+                    return  # the end entry's batch is complete
+                if not reader.is_connected():  # an outage, not lost data: never skipped
+                    raise BrokerUnavailable(
+                        f"{segment}: the broker was unreachable for {timeout_ms} ms while "
+                        f"reading after {_fmt(last or start)} up to the planned {_fmt(end)}; "
+                        "the range is not skipped (whatever failOnDataLoss says): it is "
+                        "read again once the broker is back") from None
+                # connected, yet nothing came: lost only if the topic now ends at or
+                # before where this scan is; entries beyond it that do not arrive are a
+                # stall (bookies, a topic load, a bundle move), never skipped
+                at = last or start
+                try:
+                    lac = last_entry_strict(client, segment)
+                except ProbeFailed as e:
+                    raise BrokerUnavailable(
+                        f"{segment}: no entry after {_fmt(at)} within {timeout_ms} ms and the "
+                        f"broker cannot say whether the data still exists ({e}); the range "
+                        "is not skipped") from None
+                if lac is not None and lac > (at[0], at[1]):
+                    raise BrokerUnavailable(
+                        f"{segment}: entries after {_fmt(at)} exist (the last is "
+                        f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
+                        "range is not skipped: it is read again") from None
+                msg = (f"{segment}: no entry after {_fmt(at)} within {timeout_ms} "
+                       f"ms although {_fmt(end)} was planned, and the topic now ends "
+                       f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
+                       "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
+                       "lost ranges.")
+                if fail_on_data_loss:
+                    raise DataLoss(msg) from None
+                log.warning("%s (failOnDataLoss=false: skipped)", msg)
+                return
+            m = raw.message_id()
+            pos = (m.ledger_id(), m.entry_id(), m.batch_index())
+            if last is not None and pos <= last:
+                continue  # a redelivery (pulsar-lite duplicates unbatched topics)
+            last = pos
+            reconnects = 0  # progress: the reconnect budget is per stretch without it
+            if pos <= start:
+                continue
+            if pos > end:
+                return
+            yield pos, raw
+            if pos == end or (pos[2] < 0 and (pos[0], pos[1]) == (end[0], end[1])):
+                return
+            if (pos[0], pos[1]) == (end[0], end[1]):
+                if end_size is None:
+                    end_size = batch_size(m) or 0
+                if end_size and pos[2] >= end_size - 1:
+                    return  # the end entry's last message: nothing of it is left
+    finally:
+        _close_quietly(reader)
+
+
+def _close_quietly(reader) -> None:
+    try:
+        reader.close()
+    except Exception as e:  # noqa: BLE001 - closing a dropped reader may fail; nothing to do
+        log.debug("closing a reader failed: %s", e)
+
+
+# ---- partitioned topics ----
+_PARTITION = re.compile(r"-partition-\d+$")
+
+
+def partitions_of(client, topic: str) -> list[str]:
+    """A partitioned topic's partitions (``<topic>-partition-<i>``, in order), or
+    ``[topic]`` for a non-partitioned one. Each partition is a segment of its own:
+    transactions register, gate and classify per partition."""
+    if _PARTITION.search(topic):
+        return [topic]
+    names = list(client.get_topic_partitions(topic))
+    return names if len(names) > 1 or (names and names[0] != topic) else [topic]

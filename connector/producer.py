@@ -1,0 +1,74 @@
+"""The producer of one plain topic (segment) whose sends may join a transaction.
+
+pulsar-client has no transaction API, so a transactional send is an ordinary
+append carrying the txn id and writer id as properties, preceded by a write
+registration in the metastore (once per writer-run and segment, not per
+message): that is the transaction's ``run_for``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pulsar
+
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER
+from pulsar_txn.topics import normalize_topic
+from pulsar_txn.transaction import Transaction
+
+
+class Producer:
+    """A producer whose sends may join a transaction (``txn=``)."""
+
+    def __init__(self, client: pulsar.Client, topic: str, **kwargs) -> None:
+        self.segment = normalize_topic(topic)
+        self.writer_id = f"p{uuid.uuid4().hex[:16]}"
+        self.native = client.create_producer(self.segment, **kwargs)
+
+    def _run(self, txn: Transaction):
+        return txn.run_for(self.segment, self.writer_id, self.native)
+
+    def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
+             txn: Transaction | None = None, event_time_ms: int | None = None):
+        props = user_props(properties)
+        kw = send_kw(key, event_time_ms)
+        if txn is None:
+            return self.native.send(value, properties=props, **kw)
+        return self._run(txn).send(value, props, **kw)
+
+    def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
+                   properties: dict | None = None, txn: Transaction | None = None,
+                   event_time_ms: int | None = None) -> None:
+        props = user_props(properties)
+        kw = send_kw(key, event_time_ms)
+        if txn is None:
+            self.native.send_async(value, callback or (lambda r, m: None), properties=props,
+                                   **kw)
+        else:
+            self._run(txn).send_async(value, props, callback, **kw)
+
+    def flush(self) -> None:
+        self.native.flush()
+
+    def close(self) -> None:
+        self.native.close()
+
+
+def user_props(properties: dict | None) -> dict:
+    """A send's own properties as strings; the ``__ptxn.`` ones are the protocol's."""
+    props = {str(k): str(v) for k, v in (properties or {}).items()}
+    if PROP_TXN in props or PROP_WRITER in props or PROP_DEPLOYMENT in props:
+        raise ConfigError("message properties starting with '__ptxn.' are reserved")
+    return props
+
+
+def send_kw(key: str | None, event_time_ms: int | None) -> dict:
+    """pulsar-client's keyword names for a send's key and event time."""
+    kw: dict = {}
+    if key is not None:
+        kw["partition_key"] = key
+    if event_time_ms is not None:
+        kw["event_timestamp"] = int(event_time_ms)
+    return kw

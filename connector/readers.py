@@ -1,0 +1,465 @@
+"""READ_COMMITTED readers and consumers of one plain topic (segment): the hot path.
+
+A message is returned only when its entry lies at or below the segment's max
+read position (the gate: no OPEN write below it) and its (txn, writer) is
+classified DELIVER; entries of aborted transactions and losing writers are
+skipped, entries of OPEN ones wait. Native message ids are compared directly
+and verdicts are cached per (txn, writer), so the per-message cost is a few
+comparisons.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.parse
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import _pulsar
+import pulsar
+
+from pulsar_txn.admin import AdminAuth, admin_request, admin_topic_path
+from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.errors import AckConflict, ConfigError, InvalidTxnId, PulsarTxnError, ReadTimeout
+from pulsar_txn.message import TxnMessage
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.pending_ack import PendingAckStore, ack_position
+from pulsar_txn.records import (
+    BEFORE_EARLIEST,
+    PROP_TXN,
+    PROP_WRITER,
+    WHOLE_ENTRY,
+    Position,
+    TxnEvent,
+    TxnId,
+    own_txn,
+)
+from pulsar_txn.topics import normalize_topic
+from pulsar_txn.transaction import Transaction
+
+log = logging.getLogger(__name__)
+
+_DRAIN = 1000  # messages pulled without blocking before one gate query
+
+
+class AckParticipants:
+    """The pending-ack stores of one process's consumers: each learns a transaction's
+    end from the store's event stream, and all re-check after a missed stretch."""
+
+    def __init__(self) -> None:
+        self._stores: list[PendingAckStore] = []
+        self._lock = threading.Lock()
+
+    def register(self, store: PendingAckStore) -> None:
+        with self._lock:
+            self._stores.append(store)
+
+    def unregister(self, store: PendingAckStore) -> None:
+        with self._lock:
+            if store in self._stores:
+                self._stores.remove(store)
+
+    def on_event(self, ev: TxnEvent) -> None:
+        if ev.kind == "end" and ev.txn_id is not None and ev.state is not None:
+            with self._lock:
+                stores = [s for s in self._stores if ev.txn_id in s.pending_txns()]
+            for s in stores:
+                try:
+                    s.on_end(ev.txn_id, ev.state)
+                except PulsarTxnError as e:
+                    log.warning("materializing %s on %s failed: %s", ev.txn_id, s.segment, e)
+        elif ev.kind == "resync":
+            with self._lock:
+                stores = list(self._stores)
+            for s in stores:
+                s.recover()
+
+
+@dataclass
+class ReadSide:
+    """What a READ_COMMITTED stream needs: the broker, the store, the transaction
+    buffer that gates and classifies, and (for consumers) the admin API for the
+    cursor and the registry that hands them transaction ends."""
+    pulsar: pulsar.Client
+    store: MetadataStore
+    buffer: TransactionBuffer
+    admin_url: str | None = None
+    admin_auth: AdminAuth | None = None
+    participants: AckParticipants = field(default_factory=AckParticipants)
+
+
+
+
+def _gate_id(entry: tuple[int, int]):
+    return _pulsar.MessageId(-1, entry[0], entry[1], WHOLE_ENTRY)
+
+
+class GatedStream:
+    """Shared READ_COMMITTED logic of readers and consumers of one segment.
+
+    Hot path: native message ids are compared directly (no Python position
+    objects), final verdicts are cached per (txn, writer), and a message is
+    wrapped only when it is returned.
+    """
+
+    def __init__(self, side: ReadSide, segment: str, dedupe: bool) -> None:
+        self._side = side
+        self.segment = segment
+        self._buf: deque = deque()  # (raw, native message id, txn id str | None, writer)
+        self._gate: tuple[int, int] = (-1, -1)
+        self._gate_id = _gate_id(self._gate)
+        self._received = None  # highest native id held (entries at or below it are known)
+        self._dedupe = dedupe
+        self._last = None
+        # positions an abort released: their redelivered copies pass the duplicate filter
+        self._expect: set[tuple[int, int, int]] = set()
+        self._is_reader = isinstance(self, Reader)
+        self._verdicts: dict[tuple[str, str], str] = {}
+        self._ids: dict[str, TxnId] = {}
+        self._below = False
+        self.skipped = 0
+
+    def _set_gate(self, entry: tuple[int, int]) -> None:
+        self._gate = entry
+        self._gate_id = _gate_id(entry)
+        # every held entry is below the gate: the hot path skips the per-message compare
+        self._below = self._received is not None and self._received <= self._gate_id
+
+    def _pull(self, timeout_ms: int) -> None:
+        raise NotImplementedError
+
+    def _on_skip(self, raw) -> None:
+        pass
+
+    def _accept(self, raw) -> None:
+        self._ingest((raw,))
+
+    def _ingest(self, raws) -> None:
+        """Append received messages to the buffer (one tight loop per drained batch)."""
+        append = self._buf.append
+        last, received = self._last, self._received
+        dep = self._side.store.deployment
+        if self._is_reader:  # in order: the last id held is the highest
+            for raw in raws:
+                mid = raw.message_id()
+                if last is not None and mid <= last:
+                    continue  # a broker redelivery (pulsar-lite duplicates unbatched topics)
+                last = mid
+                props = raw.properties()
+                t = own_txn(props, dep)
+                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+            received = last
+        else:
+            dedupe = self._dedupe
+            for raw in raws:
+                mid = raw.message_id()
+                expect = self._expect
+                if expect:  # a copy an abort asked for, however it comes: once
+                    key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                    if key in expect:
+                        expect.discard(key)
+                        if dedupe and last is not None and mid <= last:
+                            if received is None or received < mid:
+                                received = mid
+                            props = raw.properties()
+                            t = own_txn(props, dep)
+                            append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+                            continue
+                if dedupe and raw.redelivery_count() == 0:
+                    if last is not None and mid <= last:
+                        continue
+                    last = mid
+                if received is None or received < mid:
+                    received = mid
+                props = raw.properties()
+                t = own_txn(props, dep)
+                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+        self._last, self._received = last, received
+        self._below = received is not None and received <= self._gate_id
+
+    def received_entry(self) -> Position:
+        """The last entry this stream holds or held (entries at or below it are known)."""
+        r = self._received
+        return BEFORE_EARLIEST if r is None else Position(r.ledger_id(), r.entry_id())
+
+    def holds_nothing(self) -> bool:
+        """Nothing received is waiting to be returned."""
+        return not self._buf
+
+    def _next_raw(self, timeout_ms: int | None):
+        buf = self._buf
+        if buf:  # fast path: a non-transactional or already-classified entry below the gate
+            head = buf[0]
+            if (head[2] is None or self._verdicts.get((head[2], head[3])) == DELIVER) and (
+                    self._below or head[1] <= self._gate_id):
+                return buf.popleft()
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        tb = self._side.buffer
+        while True:
+            if buf:
+                raw, mid, t, writer = head = buf[0]
+                if mid <= self._gate_id:
+                    if t is None:
+                        return buf.popleft()
+                    verdict = self._verdicts.get((t, writer)) or self._verdict(t, writer)
+                    if verdict == DELIVER:
+                        return buf.popleft()
+                    if verdict == SKIP:
+                        buf.popleft()
+                        self.skipped += 1
+                        self._on_skip(raw)
+                        continue
+                    if not tb.wait_for_outcome(self._txn(t), _left(deadline, 3600)):
+                        raise ReadTimeout(f"{self.segment}: waiting for {t} to end")
+                    continue
+                gen = tb.generation
+                gate = tb.gate(self.segment, self.received_entry(), Position(*self._gate),
+                               self._seen_first if self._is_reader else None)
+                if (gate.ledger, gate.entry) > self._gate:
+                    self._set_gate((gate.ledger, gate.entry))
+                    self._classify_batch()
+                    continue
+                left = _left(deadline, 1.0)
+                if left <= 0:
+                    raise ReadTimeout(f"{self.segment}: no committed message in time")
+                # pinned by an OPEN txn: wait for an end/position event, don't spin (H4)
+                tb.wait_for_change(gen, min(left, 5.0))
+                continue
+            left = _left(deadline, 0.5)
+            if left <= 0:
+                raise ReadTimeout(f"{self.segment}: no committed message in time")
+            self._pull(max(1, int(left * 1000)))
+
+    def _txn(self, t: str) -> TxnId:
+        txn = self._ids.get(t)
+        if txn is None:
+            txn = self._ids[t] = TxnId.parse(t)
+        return txn
+
+    def _seen_first(self, txn: TxnId, writer: str) -> Position | None:
+        """First held entry of a txn's writer (valid for in-order, complete readers)."""
+        s = str(txn)
+        for _, mid, t, w in self._buf:
+            if t == s and w == writer:
+                return Position(mid.ledger_id(), mid.entry_id())
+        return None
+
+    def _verdict(self, t: str, writer: str) -> str:
+        if not self._well_formed(t):
+            self._verdicts[(t, writer)] = SKIP
+            return SKIP
+        verdict = self._side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
+        if verdict != WAIT:
+            self._verdicts[(t, writer)] = verdict
+        return verdict
+
+    def _well_formed(self, t: str) -> bool:
+        """A malformed txn property is not ours (or corrupt): never delivered, said once."""
+        try:
+            self._txn(t)
+            return True
+        except InvalidTxnId:
+            log.warning("%s: a message's %s property %r is malformed or of another "
+                        "deployment; such messages are never delivered", self.segment,
+                        PROP_TXN, t)
+            return False
+
+    def _classify_batch(self) -> None:
+        gate = self._gate_id
+        pairs = {(t, w) for _, mid, t, w in self._buf
+                 if t is not None and (t, w) not in self._verdicts and mid <= gate}
+        for t, w in [(t, w) for t, w in pairs if not self._well_formed(t)]:
+            self._verdicts[(t, w)] = SKIP
+            pairs.discard((t, w))
+        if not pairs:
+            return
+        pairs = list(pairs)
+        verdicts = self._side.buffer.classify(self.segment,
+                                                [(self._txn(t), w) for t, w in pairs])
+        for pair, verdict in zip(pairs, verdicts):
+            if verdict != WAIT:
+                self._verdicts[pair] = verdict
+
+    def _wrap(self, head) -> TxnMessage:
+        return TxnMessage(head[0], self.segment, head[1], head[2])
+
+
+def _left(deadline: float | None, default: float) -> float:
+    return default if deadline is None else deadline - time.monotonic()
+
+
+class Reader(GatedStream):
+    """READ_COMMITTED reader of one topic (segment), from a start position."""
+
+    def __init__(self, side: ReadSide, topic: str, start: str | Position = "earliest",
+                 **kwargs) -> None:
+        super().__init__(side, normalize_topic(topic), dedupe=True)
+        if start == "earliest":
+            mid = pulsar.MessageId.earliest
+        elif start == "latest":
+            mid = pulsar.MessageId.latest
+        elif isinstance(start, Position):
+            mid = pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
+            self._set_gate((start.ledger, start.entry))
+            self._received = mid._msg_id
+        else:
+            raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
+        kwargs.setdefault("receiver_queue_size", 2000)
+        self._r = side.pulsar.create_reader(self.segment, mid, **kwargs)
+        self._native = self._r._reader  # skips a Python wrapper object per message
+
+    def _pull(self, timeout_ms: int) -> None:
+        read = self._native.read_next
+        got = []
+        try:
+            got.append(read(timeout_ms))
+            for _ in range(_DRAIN):
+                got.append(read(0))
+        except pulsar.Timeout:
+            pass
+        self._ingest(got)
+
+    def read_next(self, timeout_millis: int | None = None) -> TxnMessage:
+        return self._wrap(self._next_raw(timeout_millis))
+
+    def read_batch(self, max_messages: int, timeout_millis: int = 100) -> list[TxnMessage]:
+        out = []
+        try:
+            out.append(self.read_next(timeout_millis))
+            while len(out) < max_messages and self._buf:
+                out.append(self.read_next(0))
+        except ReadTimeout:
+            pass
+        return out
+
+    def close(self) -> None:
+        self._r.close()
+
+
+class Consumer(GatedStream):
+    """READ_COMMITTED consumer; ``acknowledge(..., txn=)`` makes the ack transactional."""
+
+    def __init__(self, side: ReadSide, topic: str, subscription: str,
+                 consumer_type: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
+                 initial_position: pulsar.InitialPosition = pulsar.InitialPosition.Earliest,
+                 **kwargs) -> None:
+        dedupe = consumer_type in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover)
+        super().__init__(side, normalize_topic(topic), dedupe=dedupe)
+        kwargs.setdefault("negative_ack_redelivery_delay_ms", 200)
+        self._c = side.pulsar.subscribe(self.segment, subscription, consumer_type=consumer_type,
+                                          initial_position=initial_position, **kwargs)
+        self._native = self._c._consumer  # native messages: no wrapper object per message
+        self.subscription = subscription
+        self.acks = PendingAckStore(side.store, self.segment, subscription,
+                                    apply=self._apply_acks, redeliver=self._redeliver,
+                                    cursor=self._cursor if side.admin_url else None)
+        side.participants.register(self.acks)
+        self.recovered = self.acks.recover()
+        # Messages handed out and not acked since (types that may ack cumulatively):
+        # a cumulative ack under a txn names those up to it, so one that was acked
+        # under another, committed txn and handed out again conflicts. Insertion
+        # ordered; an individual ack removes its message, a new copy adds it again.
+        self._track = dedupe
+        self._handed: dict[Position, None] = {}
+
+    def _pull(self, timeout_ms: int) -> None:
+        try:
+            raw = self._native.receive(timeout_ms)
+        except pulsar.Timeout:
+            return
+        if self.acks.recovered_acks or self.acks.recovered_cumulative:
+            if self.acks.acked_by_recovery(Position.of(raw.message_id())):
+                return  # prefetched before recovery applied its committed ack
+        self._accept(raw)
+
+    def _on_skip(self, raw) -> None:
+        self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
+
+    def receive(self, timeout_millis: int | None = None) -> TxnMessage:
+        head = self._next_raw(timeout_millis)
+        if self._track:
+            self._handed[Position.of(head[1])] = None
+        return self._wrap(head)
+
+    def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        if txn is None:
+            self._native.acknowledge(message.message_id)
+        else:
+            txn.enlist(self.acks)
+            self.acks.acknowledge(txn.id, [message.position], cumulative=False)
+        if self._track:
+            self._handed.pop(message.position, None)
+        if self._expect:  # acked: a late copy of it is a duplicate again
+            p = message.position
+            self._expect.discard((p.ledger, p.entry, p.batch))
+
+    def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        upto = message.position
+        if txn is None:
+            self._native.acknowledge_cumulative(message.message_id)
+        else:
+            txn.enlist(self.acks)
+            given = [p for p in self._handed if p <= upto]
+            try:
+                self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
+            except AckConflict as conflict:
+                if conflict.committed:  # a redelivery of an acked message: never again
+                    known = ack_position(conflict.position)
+                    self.acks.recovered_acks.add(known)
+                    self._handed.pop(known, None)
+                raise
+        if self._track and self._handed:
+            self._handed = {p: None for p in self._handed if p > upto}
+
+    def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
+        for p in positions:
+            mid = pulsar.MessageId(-1, p.ledger, p.entry, p.batch)
+            if cumulative:
+                self._c.acknowledge_cumulative(mid)
+            else:
+                self._c.acknowledge(mid)
+
+    def _cursor(self) -> Position | None:
+        """The subscription's mark-delete position (admin internalStats), if known."""
+        stats = admin_request(self._side.admin_url, "GET",
+                              admin_topic_path(self.segment) + "/internalStats",
+                              auth=self._side.admin_auth)
+        cursors = (stats or {}).get("cursors") or {}
+        cur = cursors.get(self.subscription) or cursors.get(
+            urllib.parse.quote(self.subscription, safe=""))
+        mark = (cur or {}).get("markDeletePosition")
+        if not mark or ":" not in mark:
+            return None
+        ledger, entry = (int(x) for x in mark.split(":"))
+        return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
+
+    def _redeliver(self, positions: list[Position]) -> None:
+        """The acks of an aborted txn: the broker delivers those messages again. On an
+        Exclusive or Failover subscription it rewinds to the oldest unacked message,
+        so the copies must pass this consumer's duplicate filter."""
+        if not positions:
+            return
+        if self._dedupe:
+            if len(self._expect) > 100_000:  # copies that never came: forget them
+                self._expect.clear()
+            self._expect.update((p.ledger, p.entry, p.batch) for p in positions)
+        for p in positions:
+            # the wrapper's negative_acknowledge takes only the native id
+            self._c.negative_acknowledge(pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id)
+
+    def close(self) -> None:
+        self._side.participants.unregister(self.acks)
+        self._c.close()
+
+
+def read_all(reader, idle_ms: int = 500) -> Iterable[TxnMessage]:
+    """Yield messages until none arrives for ``idle_ms`` (tests, examples)."""
+    read = reader.receive if isinstance(reader, Consumer) else reader.read_next
+    while True:
+        try:
+            yield read(idle_ms)
+        except ReadTimeout:
+            return

@@ -1,0 +1,227 @@
+"""The code's shape, checked: the edges a newcomer relies on stay where the
+architecture page says they are (docs/architecture.md, "Module map").
+
+These parse the sources (no imports run), so they take milliseconds and fail
+on the line that breaks the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"pulsar_txn": ROOT / "connector", "pulsar_txn.metastore": ROOT / "metastore"}
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    """Import name -> file, for every module of the package (harness and the
+    Spark autoload shim included)."""
+    out: dict[str, Path] = {}
+    for pkg, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if pkg == "pulsar_txn" and parts[:1] == ["spark"] and parts[1:2] == ["autoload"]:
+                continue  # re-exports the data source under pyspark's naming rule
+            name = ".".join([pkg, *parts])
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Package modules this one imports, at any depth (function-level too: a
+    cycle hidden inside a function is still a cycle)."""
+    found: set[str] = set()
+    is_pkg = path.name == "__init__.py"
+    base = name if is_pkg else name.rsplit(".", 1)[0]
+    for node in ast.walk(_tree(path)):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                anchor = base.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                mod = ".".join([*anchor, mod] if mod else anchor)
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in MODULES:
+                t = t.rsplit(".", 1)[0] if "." in t else ""
+            if t and t != name and not name.startswith(t + "."):
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    # A package's __init__ only re-exports (lazily); importing pulsar_txn.x runs
+    # pulsar_txn/__init__, which is not an edge of the design.
+    return {n: {t for t in _imports(n, p) if t not in FOLDERS} for n, p in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components larger than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert _cycles(_graph()) == []
+
+
+def test_the_metastore_imports_nothing_above_it():
+    up = {n: sorted(t for t in deps if not t.startswith("pulsar_txn.metastore")
+                    and t not in ("pulsar_txn.records", "pulsar_txn.state",
+                                  "pulsar_txn.errors", "pulsar_txn.position"))
+          for n, deps in _graph().items() if n.startswith("pulsar_txn.metastore")}
+    assert {n: d for n, d in up.items() if d} == {}
+
+
+def test_nothing_outside_the_client_facade_names_it():
+    offenders = []
+    for name, path in MODULES.items():
+        if name in ("pulsar_txn.client", "pulsar_txn"):
+            continue  # the façade itself, and the package's lazy re-export
+        for node in ast.walk(_tree(path)):
+            ident = (node.id if isinstance(node, ast.Name) else
+                     node.attr if isinstance(node, ast.Attribute) else
+                     node.value if isinstance(node, ast.Constant) else None)
+            if isinstance(node, ast.alias):
+                ident = node.name
+            if ident == "PulsarTxnClient":
+                offenders.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
+    assert offenders == []
+
+
+def _defined_private(path: Path) -> set[str]:
+    """``_names`` a module defines itself: functions, classes, methods,
+    attributes it assigns on ``self``/``cls`` and module-level names."""
+    names: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+# Underscore names of other libraries that we use on purpose, with the reason.
+THIRD_PARTY = {
+    "_reader": "pulsar-client's native Reader: the hot path skips a wrapper per message",
+    "_consumer": "pulsar-client's native Consumer: same",
+    "_producer": "pulsar-client's native Producer: send_many builds messages natively",
+    "_msg_id": "pulsar-client's native MessageId: compared without a wrapper",
+    "_replace": "namedtuple's public API (urllib's ParseResult)",
+    "_exit": "os._exit: a fault seam kills the driver without cleanup",
+    "_sock": "redis-py's connection socket: a fault seam cuts a watch's connection",
+}
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """An attribute ``x._name`` is allowed only when ``_name`` is defined in the
+    same module (its own objects), and ``from m import _name`` never."""
+    offenders = []
+    for path in MODULES.values():
+        own = _defined_private(path)
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {a.name}")
+            elif isinstance(node, ast.Attribute):
+                a = node.attr
+                if (a.startswith("_") and not a.startswith("__") and a not in own
+                        and a not in THIRD_PARTY):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} uses .{a}")
+    assert offenders == []
+
+
+def test_no_source_file_is_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+STATUS = re.compile(r"""["'](OK|UNMATERIALIZED|NOTACTIVE|NOTFOUND|NOT_OPEN|EXISTS|STALE|"""
+                    r"""CONFLICT|SEALED|BUSY|GONE|DONE|EXPIRED|NOSUCH)["']""")
+
+
+def test_no_store_status_string_crosses_the_store_boundary():
+    """The store answers in typed values; the literals its scripts return stay
+    in metastore/."""
+    offenders = []
+    for name, path in MODULES.items():
+        if name.startswith("pulsar_txn.metastore"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if STATUS.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert offenders == []
+
+
+def test_pulsar_txn_imports_sit_at_module_top():
+    """Only pyspark and heavy third-party imports are lazy (the reason is in
+    pulsar_txn/spark/__init__.py); a package import inside a function hides an
+    edge from readers and tools."""
+    offenders = []
+    for path in MODULES.values():
+        tree = _tree(path)
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+                mod = (node.module or "" if isinstance(node, ast.ImportFrom)
+                       else node.names[0].name)
+                if mod.startswith("pulsar_txn") and not _in_type_checking(tree, node):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {mod}")
+    assert offenders == []
+
+
+def _in_type_checking(tree: ast.Module, target: ast.AST) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            if any(n is target for n in ast.walk(node)):
+                return True
+    return False

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from .base import MetadataStore
+from .memory_store import MemoryMetadataStore
 from .redis_store import RedisMetadataStore
 
 
 def open_store(url: str, namespace: str = "ptxn", partitions: int | None = None
                ) -> MetadataStore:
-    """Open the backend named by the URL scheme (``redis://``, ``rediss://``, ``unix://``)."""
+    """Open the backend named by the URL scheme: ``redis://``, ``rediss://``, ``unix://``,
+    or ``memory://`` (a private in-process store; ``memory://<name>``: one shared by
+    every store opened with that name in this process, as clients share a server)."""
+    if url.startswith("memory:"):
+        return MemoryMetadataStore.from_url(url, namespace=namespace, partitions=partitions)
     return RedisMetadataStore(url, namespace=namespace, partitions=partitions)
 
 
-__all__ = ["MetadataStore", "RedisMetadataStore", "open_store"]
+__all__ = ["MemoryMetadataStore", "MetadataStore", "RedisMetadataStore", "open_store"]

@@ -1,0 +1,125 @@
+"""The in-memory store's state: what a Redis server holds for one namespace.
+
+Why apart from the façade: these are the records and indexes the Lua scripts
+read and write (keys.py names their Redis keys), kept as plain Python values, and
+the store's mixins (memory_acks, memory_layouts) share them. Sorted sets become
+dicts of member -> score, read in Redis's order (see ``by_score``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from pulsar_txn.errors import MetastoreError, TxnNotFound, TxnNotOpen, TxnTimedOut
+from pulsar_txn.records import TxnEvent, TxnHeader, TxnId
+from pulsar_txn.state import TxnState
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def decode(raw: str) -> dict:
+    try:
+        return json.loads(raw)
+    except ValueError as e:  # cjson fails the script the same way
+        raise MetastoreError(f"malformed segment descriptor {raw!r}: {e}") from None
+
+
+def by_score(zset: dict[int, int], hi: int | None = None,
+              limit: int | None = None) -> list[tuple[int, int]]:
+    """A sorted set's (member, score) pairs as Redis orders them: by score, then by
+    the member's text (ids compare as strings there)."""
+    rows = sorted((score, str(seq), seq) for seq, score in zset.items()
+                  if hi is None or score <= hi)
+    return [(seq, score) for score, _, seq in rows[:limit]]
+
+
+class Txn:
+    """A header with its write and ack records, which share its fate (gc_txn)."""
+
+    def __init__(self, deadline: int, created: int, owner: str) -> None:
+        self.state = TxnState.OPEN
+        self.deadline, self.created, self.owner = deadline, created, owner
+        self.finalized: int | None = None
+        self.winners: tuple[str, ...] = ()
+        self.materialized = False
+        self.write_version = 0  # registrations so far (list_writes' count)
+        self.open_acks = 0  # ack records not marked applied
+        self.writes: dict[tuple[str, str], list[str]] = {}  # (segment, writer) -> [first, last]
+        self.acks: dict[tuple[str, str], dict] = {}  # (segment, subscription) -> record
+
+    def header(self, txn_id: TxnId) -> TxnHeader:
+        return TxnHeader(txn_id, self.state, self.deadline, self.created, self.finalized,
+                         self.owner, frozenset(self.winners), self.open_acks)
+
+
+class Partition:
+    """One partition's records and indexes (a hash-tag slot in Redis, keys.py)."""
+
+    def __init__(self) -> None:
+        self.counter = 0
+        self.watermark = 0  # every id at or below it is collected or can never be created
+        self.collected: set[int] = set()  # collected ids above the watermark
+        self.txns: dict[int, Txn] = {}
+        self.deadlines: dict[int, int] = {}  # OPEN txns
+        self.finalized: dict[int, int] = {}
+        self.unmaterialized: dict[int, int] = {}
+        self.owners: dict[str, int] = {}
+        self.counters = {"opened": 0, "committed": 0, "aborted": 0, "timed_out": 0}
+        # segment -> {(seq, writer): first position ('' = registered, none recorded)}
+        self.open_writes: dict[str, dict[tuple[int, str], str]] = {}
+        self.aborted: dict[str, set[tuple[int, str]]] = {}  # segment -> {(seq, writer)}
+        self.sinks: dict[str, dict] = {}  # sink id -> batch, txn, qid
+
+
+class Topic:
+    def __init__(self, segs: dict[int, str], next_id: int, created: int, hash_fn: str) -> None:
+        self.epoch, self.next, self.created, self.version = 1, next_id, created, 1
+        self.hash_fn = hash_fn
+        self.segs = segs  # id -> descriptor JSON
+
+
+class Server:
+    """What a Redis server holds for one namespace: shared by every client of it."""
+
+    def __init__(self, partitions: int, clock: Callable[[], int]) -> None:
+        self.lock = threading.RLock()
+        self.partitions = partitions
+        self.clock = clock
+        self.deployment = uuid.uuid4().hex[:12]
+        self.parts: dict[int, Partition] = {}
+        self.claims: dict[tuple[str, str], dict[str, str]] = {}
+        self.topics: dict[str, Topic] = {}
+        self.topic_names: set[str] = set()
+        self.txn_watches: list = []
+        self.topic_watches: list = []
+
+    def now(self) -> int:
+        return int(self.clock())
+
+    def part(self, p: int) -> Partition:
+        return self.parts.setdefault(p, Partition())
+
+    def open_txn(self, txn_id: TxnId, check_deadline: bool) -> Txn:
+        """The OPEN header a write or an ack needs, or the scripts' refusals."""
+        txn = self.part(txn_id.partition).txns.get(txn_id.seq)
+        if txn is None:
+            raise TxnNotFound(f"transaction {txn_id} not found")
+        if txn.state is not TxnState.OPEN:
+            raise TxnNotOpen(str(txn_id), txn.state.value)
+        if check_deadline and self.now() > txn.deadline:
+            raise TxnTimedOut(str(txn_id))
+        return txn
+
+    def publish(self, ev: TxnEvent) -> None:
+        for w in self.txn_watches:
+            w.push(ev)
+
+    def publish_topic(self, topic: str) -> None:
+        for w in self.topic_watches:
+            w.push(topic)

@@ -1,0 +1,545 @@
+"""The roles' logic, unit-tested on the in-memory metadata store.
+
+The coordinator, the transaction buffer, the pending-ack store and writer runs
+depend only on the MetadataStore contract (tests/test_store_contract.py holds the
+memory store to it, against Redis), so their rules are tested here in
+milliseconds: a fake clock stands for server time, and a small fake stands for the
+Pulsar producer. The store is never faked.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pulsar
+import pytest
+
+from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.coordinator import TransactionCoordinator
+from pulsar_txn.errors import (
+    AckConflict,
+    ConfigError,
+    InvalidTxnTransition,
+    PulsarTxnError,
+    SegmentSealed,
+    TxnNotOpen,
+    TxnTimedOut,
+)
+from pulsar_txn.metastore import MemoryMetadataStore, open_store
+from pulsar_txn.metastore.base import Collected
+from pulsar_txn.pending_ack import CUM, TOMB, PendingAckStore, ack_key
+from pulsar_txn.records import (
+    PROP_DEPLOYMENT,
+    PROP_TXN,
+    PROP_WRITER,
+    OpenWrite,
+    Position,
+    TxnId,
+)
+from pulsar_txn.state import TxnState
+from pulsar_txn.writer import WriterRun
+
+COMMITTED, ABORTED, OPEN = TxnState.COMMITTED, TxnState.ABORTED, TxnState.OPEN
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock):
+    s = MemoryMetadataStore(partitions=4, clock=clock)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def coord(store):
+    c = TransactionCoordinator(store, materialize_inline=True)
+    yield c
+    c.close()
+
+
+def wait_until(cond, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def write(store, t: TxnId, segment: str, writer: str, entry: int | None) -> None:
+    store.register_write(t, segment, writer)
+    if entry is not None:
+        store.record_write(t, segment, writer, Position(1, entry), None)
+
+
+# ---------------------------------------------------------------- coordinator
+def test_commit_is_the_cas_and_its_cleanup_runs_inline(coord, store):
+    t = coord.new_transaction().txn_id
+    write(store, t, "s", "win", 3)
+    write(store, t, "s", "lose", 4)
+    h = coord.commit(t, winners=["win"], segments=["s"])
+    assert h.state is COMMITTED and h.winners == {"win"}
+    assert store.unmaterialized_txns() == [] and store.open_writes("s") == []
+    assert store.aborted_writers("s", [(t, "win"), (t, "lose")]) == {(t, "lose")}
+    assert coord.commit(t, winners=["win"]) == h  # repeated: same decision
+    with pytest.raises(InvalidTxnTransition):
+        coord.abort(t)
+
+
+def test_a_late_commit_raises_timed_out_and_leaves_the_txn_aborted(coord, store, clock):
+    t = coord.new_transaction(timeout_ms=1_000).txn_id
+    write(store, t, "s", "w", 1)
+    clock.advance(1_001)
+    with pytest.raises(TxnTimedOut):
+        coord.commit(t)
+    assert coord.get(t).state is ABORTED
+    assert store.aborted_writers("s", [(t, "w")]) == {(t, "w")}  # cleaned up all the same
+
+
+def test_an_owner_keeps_its_transaction_across_retries(coord, store, clock):
+    owner = "sink|query|0"
+    first = coord.new_transaction(owner=owner)
+    assert coord.new_transaction(owner=owner) == first
+    coord.commit(first.txn_id)
+    replay = coord.new_transaction(owner=owner)  # a replayed batch commits nothing new
+    assert (replay.txn_id, replay.state) == (first.txn_id, COMMITTED)
+
+    other = "sink|query|1"
+    failed = coord.new_transaction(owner=other)
+    coord.abort(failed.txn_id)
+    retry = coord.new_transaction(owner=other)
+    assert retry.txn_id != failed.txn_id and retry.state is OPEN
+
+    clock.advance(61_000)  # the retry died; nothing swept its txn
+    again = coord.new_transaction(timeout_ms=5_000, owner=other)
+    assert again.txn_id != retry.txn_id and again.state is OPEN
+    assert coord.get(retry.txn_id).state is ABORTED
+    with pytest.raises(ConfigError):
+        coord.new_transaction(timeout_ms=0)
+
+
+def test_the_timeout_sweep_aborts_only_expired_txns(coord, store, clock):
+    short = coord.new_transaction(timeout_ms=1_000).txn_id
+    long_ = coord.new_transaction(timeout_ms=60_000).txn_id
+    write(store, short, "s", "w", 1)
+    assert coord.sweep_timeouts() == []
+    clock.advance(1_001)
+    assert coord.sweep_timeouts() == [short]
+    assert coord.sweep_timeouts() == []
+    assert coord.get(short).state is ABORTED and coord.get(long_).state is OPEN
+    assert store.open_writes("s") == []  # materialized by the sweep
+
+
+def test_the_materialize_sweep_finishes_a_dead_committers_cleanup(coord, store):
+    t = coord.new_transaction().txn_id
+    write(store, t, "s", "w", 1)
+    store.end_txn(t, COMMITTED, None)  # the committer died right after the CAS
+    assert store.open_writes("s") != []
+    assert coord.sweep_materialize() == 1
+    assert coord.sweep_materialize() == 0
+    assert store.open_writes("s") == []
+
+
+def test_the_gc_sweep_respects_retention_and_keeps_the_losers(coord, store, clock):
+    t = coord.new_transaction().txn_id
+    write(store, t, "s", "win", 1)
+    write(store, t, "s", "lose", 2)
+    store.end_txn(t, COMMITTED, ["win"])  # not materialized: the sweep must do it first
+    pending = coord.new_transaction().txn_id
+    store.record_acks(pending, "s", "sub", [ack_key(Position(1, 1))], False)
+    coord.commit(pending)
+    assert coord.sweep_gc(retention_ms=10_000) == 0
+    clock.advance(10_001)
+    assert coord.sweep_gc(retention_ms=10_000) == 1
+    assert store.get_header(t) is None and store.collected([t]) == {t}
+    assert store.aborted_writers("s", [(t, "win"), (t, "lose")]) == {(t, "lose")}
+    assert store.gc_txn(pending, clock.ms) is Collected.ACKS_PENDING  # acks not applied
+
+
+def test_the_background_materializer_cleans_after_commit_returns(store):
+    c = TransactionCoordinator(store)  # not inline: a worker thread does it
+    try:
+        t = c.new_transaction().txn_id
+        write(store, t, "s", "w", 1)
+        c.commit(t, segments=["s"])
+        assert wait_until(lambda: store.unmaterialized_txns() == [])
+        assert store.open_writes("s") == []
+    finally:
+        c.close()
+
+
+def test_the_background_sweeper_aborts_an_abandoned_txn(coord, clock):
+    t = coord.new_transaction(timeout_ms=1_000).txn_id
+    coord.start_sweeper(interval_s=0.01)
+    clock.advance(1_001)
+    assert wait_until(lambda: coord.get(t).state is ABORTED)
+
+
+def test_sweep_if_due_runs_at_most_once_per_interval_per_store(store, clock):
+    c = TransactionCoordinator(store, materialize_inline=True)
+    a = c.new_transaction(timeout_ms=1_000).txn_id
+    b = c.new_transaction(timeout_ms=2_000).txn_id
+    clock.advance(1_001)
+    c.sweep_if_due(every_s=60)
+    assert c.get(a).state is ABORTED
+    clock.advance(1_000)
+    c.sweep_if_due(every_s=60)
+    assert c.get(b).state is OPEN  # throttled
+    other = MemoryMetadataStore(partitions=4, clock=clock)  # another store: its own turn
+    t = TransactionCoordinator(other, materialize_inline=True)
+    x = t.new_transaction(timeout_ms=1_000).txn_id
+    clock.advance(1_001)
+    t.sweep_if_due(every_s=60)
+    assert t.get(x).state is ABORTED
+
+
+# ---------------------------------------------------------------- transaction buffer
+def test_classification_follows_the_decision_and_the_winners(coord, store):
+    tb = TransactionBuffer(store)
+    ok, lost, open_ = (coord.new_transaction().txn_id for _ in range(3))
+    for t in (ok, lost, open_):
+        write(store, t, "s", "w1", 1)
+        write(store, t, "s", "w2", 2)
+    coord.commit(ok, winners=["w1"])
+    coord.abort(lost)
+    got = tb.classify("s", [(ok, "w1"), (ok, "w2"), (lost, "w1"), (open_, "w1")])
+    assert got == [DELIVER, SKIP, SKIP, WAIT]
+
+
+def test_classification_is_stable_across_header_gc(coord, store, clock):
+    t = coord.new_transaction().txn_id
+    write(store, t, "s", "win", 1)
+    write(store, t, "s", "lose", 2)
+    coord.commit(t, winners=["win"])
+    entries = [(t, "win"), (t, "lose")]
+    before = TransactionBuffer(store).classify("s", entries)
+    clock.advance(10)
+    assert coord.sweep_gc(retention_ms=0) == 1 and store.get_header(t) is None
+    assert TransactionBuffer(store).classify("s", entries) == before == [DELIVER, SKIP]
+
+
+def test_an_unknown_txn_is_never_delivered(coord, store):
+    coord.new_transaction()
+    unknown = TxnId(0, 10_000_000)  # lost with a rollback, or another deployment's
+    tb = TransactionBuffer(store)
+    assert tb.classify("s", [(unknown, "w")]) == [SKIP]
+    assert tb.wait_for_outcome(TxnId(0, 10_000_001), 0)  # final: no reader waits on it
+
+
+def test_the_gate_stops_below_the_first_open_write(coord, store):
+    tb = TransactionBuffer(store)
+    upto = Position(1, 100)
+    assert tb.gate("s", upto) == upto
+    t = coord.new_transaction().txn_id
+    store.register_write(t, "s", "w")
+    held = Position(1, 7)
+    assert tb.gate("s", upto, previous=held) == held  # pending: cannot place the entry
+    store.record_write(t, "s", "w", Position(1, 40), None)
+    assert tb.gate("s", upto, previous=held) == Position(1, 39)
+    assert tb.gate("s", Position(1, 20), previous=Position(1, 30)) == Position(1, 30)
+
+
+def test_an_ended_but_uncleaned_txn_does_not_hold_the_gate(store):
+    tb = TransactionBuffer(store)
+    ended = store.create_txn(store.next_txn_id(partition=0), 60_000).txn_id
+    later = store.create_txn(store.next_txn_id(partition=0), 60_000).txn_id
+    write(store, ended, "s", "w", 10)
+    write(store, later, "s", "w", 50)
+    store.end_txn(ended, COMMITTED, None)  # cleanup not run yet
+    assert store.open_writes("s") == [OpenWrite(ended, "w", Position(1, 10))]
+    assert tb.gate("s", Position(1, 100)) == Position(1, 49)  # the next write shows
+
+
+def test_a_reader_waiting_on_an_open_txn_is_woken_by_its_end(coord, store):
+    tb = TransactionBuffer(store)
+    w = store.watch(tb.on_event)
+    try:
+        t = coord.new_transaction().txn_id
+        assert not tb.wait_for_outcome(t, 0.05)
+        threading.Timer(0.05, coord.commit, args=(t,)).start()
+        started = time.monotonic()
+        assert tb.wait_for_outcome(t, 5.0)
+        assert time.monotonic() - started < 0.9  # pushed, not the 1 s re-check
+        assert tb.classify("s", [(t, "w")]) == [SKIP]  # committed, but not a winner
+    finally:
+        w.close()
+
+
+# ---------------------------------------------------------------- pending acks
+class Broker:
+    """What the pending-ack store asks of the broker: apply acks, redeliver."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[list[Position], bool]] = []
+        self.redelivered: list[Position] = []
+        self.cursor: Position | None = None
+
+    def pas(self, store, segment: str = "s", sub: str = "sub") -> PendingAckStore:
+        return PendingAckStore(store, segment, sub, lambda ps, cum: self.applied.append(
+            (list(ps), cum)), self.redelivered.extend, lambda: self.cursor)
+
+
+def P(e: int) -> Position:
+    return Position(1, e)
+
+
+def test_two_txns_cannot_ack_one_message_until_the_first_aborts(coord, store):
+    broker = Broker()
+    pas = broker.pas(store)
+    t1, t2 = coord.new_transaction().txn_id, coord.new_transaction().txn_id
+    pas.acknowledge(t1, [P(1), P(2)])
+    with pytest.raises(AckConflict) as e:
+        pas.acknowledge(t2, [P(2)])
+    assert e.value.holder == str(t1) and not e.value.committed
+    coord.abort(t1)  # no on_end yet: the claim is void all the same
+    pas.acknowledge(t2, [P(2)])
+    assert store.list_claims("s", "sub") == {ack_key(P(2)): str(t2)}
+
+
+def test_commit_applies_the_acks_and_leaves_tombstones(coord, store):
+    broker = Broker()
+    pas = broker.pas(store)
+    t1, t2 = coord.new_transaction().txn_id, coord.new_transaction().txn_id
+    pas.acknowledge(t1, [P(1)])
+    pas.acknowledge(t1, [P(5)], cumulative=True)
+    coord.commit(t1)
+    pas.on_end(t1, COMMITTED)
+    assert broker.applied == [([P(1)], False), ([P(5)], True)]
+    assert store.list_acks(t1)[("s", "sub")]["applied"] is True
+    claims = store.list_claims("s", "sub")
+    assert claims[ack_key(P(1))] == f"={t1}" and claims[TOMB] == f"{t1}|{ack_key(P(5))}"
+    assert CUM not in claims
+    for ps in ([P(1)], [P(3)]):
+        with pytest.raises(AckConflict) as e:
+            pas.acknowledge(t2, ps)
+        assert e.value.committed
+    assert store.gc_txn(t1, store.server_time_ms()) is Collected.DONE
+
+
+def test_abort_releases_the_claims_and_redelivers(coord, store):
+    broker = Broker()
+    pas = broker.pas(store)
+    t = coord.new_transaction().txn_id
+    pas.acknowledge(t, [P(1), P(2)])
+    coord.abort(t)
+    pas.on_end(t, ABORTED)
+    assert store.list_claims("s", "sub") == {} and broker.applied == []
+    assert sorted(broker.redelivered) == [P(1), P(2)]
+
+
+def test_an_ack_under_an_ended_txn_is_fenced_and_leaves_no_claim(coord, store):
+    pas = Broker().pas(store)
+    t = coord.new_transaction().txn_id
+    coord.commit(t)
+    with pytest.raises(TxnNotOpen):
+        pas.acknowledge(t, [P(1)])
+    assert store.list_claims("s", "sub") == {}
+
+
+def test_recovery_applies_committed_acks_a_crash_left(coord, store):
+    t = coord.new_transaction().txn_id
+    Broker().pas(store).acknowledge(t, [P(3)])
+    coord.commit(t)  # the process died before on_end
+    broker = Broker()
+    fresh = broker.pas(store)
+    assert fresh.recover() == {"applied": 1, "released": 0, "open": 0}
+    assert broker.applied == [([P(3)], False)] and fresh.acked_by_recovery(P(3))
+    assert fresh.recover() == {"applied": 0, "released": 0, "open": 0}  # marked: done
+
+
+def test_a_claim_whose_holder_was_collected_is_void(coord, store, clock):
+    t1, t2 = coord.new_transaction().txn_id, coord.new_transaction().txn_id
+    store.claim_acks(t1, "s", "sub", [ack_key(P(1))], False)  # claimed, never recorded
+    coord.abort(t1)
+    clock.advance(10)
+    assert coord.sweep_gc(retention_ms=0) == 1
+    Broker().pas(store).acknowledge(t2, [P(1)])
+    assert store.list_claims("s", "sub") == {ack_key(P(1)): str(t2)}
+
+
+def test_trim_drops_tombstones_behind_the_cursor_only(coord, store):
+    broker = Broker()
+    pas = broker.pas(store)
+    t = coord.new_transaction().txn_id
+    pas.acknowledge(t, [P(1), P(2), P(9)])
+    coord.commit(t)
+    pas.on_end(t, COMMITTED)
+    broker.cursor = P(2)
+    assert pas.trim() == 2
+    claims = store.list_claims("s", "sub")
+    assert ack_key(P(9)) in claims and ack_key(P(1)) not in claims
+    with pytest.raises(AckConflict):  # the horizon still conflicts
+        pas.acknowledge(coord.new_transaction().txn_id, [P(1)])
+
+
+# ---------------------------------------------------------------- writer runs
+class MsgId:
+    def __init__(self, ledger: int, entry: int) -> None:
+        self._l, self._e = ledger, entry
+
+    def ledger_id(self) -> int:
+        return self._l
+
+    def entry_id(self) -> int:
+        return self._e
+
+    def batch_index(self) -> int:
+        return -1
+
+
+class FakeProducer:
+    """Appends to a list; ``before_send`` sees the store at append time."""
+
+    def __init__(self, ledger: int = 7, first_entry: int = 10, before_send=None) -> None:
+        self.ledger, self.next = ledger, first_entry
+        self.sent: list[tuple[bytes, dict]] = []
+        self.fail: BaseException | None = None
+        self.before_send = before_send
+        self.async_result = pulsar.Result.Ok
+
+    def _append(self, value, properties) -> MsgId:
+        if self.before_send:
+            self.before_send()
+        if self.fail is not None:
+            raise self.fail
+        self.sent.append((value, properties))
+        self.next += 1
+        return MsgId(self.ledger, self.next - 1)
+
+    def send(self, value, properties=None, **kw) -> MsgId:
+        return self._append(value, properties)
+
+    def send_async(self, value, callback, properties=None, **kw) -> None:
+        callback(self.async_result, self._append(value, properties))
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_run_registers_before_its_first_append_and_records_it_once(coord, store):
+    t = coord.new_transaction().txn_id
+    seen: list = []
+    producer = FakeProducer(before_send=lambda: seen.append(store.open_writes("s")))
+    run = WriterRun(store, t, "s", "w", producer)
+    for i in range(5):
+        run.send(b"m%d" % i, {"k": "v"})
+    assert seen[0] == [OpenWrite(t, "w", None)]  # H1: registered before the append
+    assert run.first == Position(7, 10) and run.sent == 5
+    records, registrations = store.list_writes(t)
+    assert registrations == 1 and [(r.first, r.writer) for r in records] == [(Position(7, 10),
+                                                                              "w")]
+    props = producer.sent[0][1]
+    assert props["k"] == "v" and props[PROP_TXN] == str(t) and props[PROP_WRITER] == "w"
+    assert props[PROP_DEPLOYMENT] == store.deployment
+
+
+def test_no_append_after_the_decision(coord, store):
+    t = coord.new_transaction().txn_id
+    coord.commit(t)
+    producer = FakeProducer()
+    with pytest.raises(TxnNotOpen):
+        WriterRun(store, t, "s", "late", producer).send(b"x")
+    assert producer.sent == []
+
+
+def test_a_sealed_segment_withdraws_the_registration(coord, store):
+    t = coord.new_transaction().txn_id
+
+    def sealed() -> None:
+        raise SegmentSealed("sealed")
+
+    producer = FakeProducer()
+    with pytest.raises(SegmentSealed):
+        WriterRun(store, t, "s", "w", producer, fence=sealed).send(b"x")
+    assert producer.sent == [] and store.open_writes("s") == []
+
+    producer.fail = pulsar.TopicTerminated("terminated")  # refused: nothing stored
+    with pytest.raises(pulsar.TopicTerminated):
+        WriterRun(store, t, "s", "w2", producer, fence=lambda: None).send(b"x")
+    assert store.open_writes("s") == []
+
+
+def test_an_append_that_may_have_landed_keeps_the_gate_closed(coord, store):
+    t = coord.new_transaction().txn_id
+    producer = FakeProducer()
+    producer.fail = TimeoutError("no answer")
+    run = WriterRun(store, t, "s", "w", producer, fence=lambda: None)
+    with pytest.raises(TimeoutError):
+        run.send(b"x")
+    producer.fail = None
+    run.send(b"y")  # a lower, unplaced entry may exist: no first position recorded
+    assert run.first is None and store.open_writes("s") == [OpenWrite(t, "w", None)]
+    assert TransactionBuffer(store).gate("s", Position(7, 99), Position(7, 1)) == Position(7, 1)
+
+
+def test_async_sends_are_counted_and_failures_fail_the_flush(coord, store):
+    t = coord.new_transaction().txn_id
+    producer = FakeProducer()
+    run = WriterRun(store, t, "s", "w", producer)
+    done: list = []
+    for i in range(4):
+        run.send_async(b"m%d" % i, callback=lambda res, mid: done.append(res))
+    run.flush()
+    assert run.sent == 4 and len(done) == 4 and run.first == Position(7, 10)
+    producer.async_result = pulsar.Result.Timeout
+    run.send_async(b"lost")
+    with pytest.raises(PulsarTxnError, match="failed"):
+        run.flush()
+
+
+def test_only_the_named_attempt_of_a_task_becomes_visible(coord, store):
+    """Two attempts of one Spark task write under the batch's txn; the driver names
+    the attempt whose commit message it received (H3)."""
+    t = coord.new_transaction().txn_id
+    for attempt, ledger in (("task0-a0", 7), ("task0-a1", 8)):
+        WriterRun(store, t, "s", attempt, FakeProducer(ledger=ledger)).send(b"row")
+    coord.commit(t, winners=["task0-a1"])
+    tb = TransactionBuffer(store)
+    assert tb.classify("s", [(t, "task0-a0"), (t, "task0-a1")]) == [SKIP, DELIVER]
+    assert tb.gate("s", Position(9, 0)) == Position(9, 0)
+
+
+# ---------------------------------------------------------------- the memory backend itself
+def test_memory_urls_name_private_or_shared_states():
+    name = f"shared-{uuid.uuid4().hex[:8]}"
+    a, b = open_store(f"memory://{name}"), open_store(f"memory://{name}")
+    t = a.create_txn(a.next_txn_id(), 1_000).txn_id
+    assert b.get_header(t) is not None and a.deployment == b.deployment
+    other_ns = open_store(f"memory://{name}?namespace=elsewhere")
+    assert other_ns.get_header(t) is None and other_ns.deployment != a.deployment
+    p1, p2 = open_store("memory://"), open_store("memory://")
+    t = p1.create_txn(p1.next_txn_id(), 1_000).txn_id
+    assert p2.get_header(t) is None and p1.url != p2.url
+    with pytest.raises(ConfigError):
+        MemoryMetadataStore(name, clock=lambda: 0)  # the server's clock is fixed
+    with pytest.raises(ValueError):
+        open_store("memory://x?namespace=a{b}")
+
+
+def test_a_closed_memory_store_is_no_longer_current_and_stops_its_watches(store):
+    got: list = []
+    store.watch(got.append)
+    assert store.still_current()
+    store.close()
+    assert not store.still_current()
+    store.end_txn(store.create_txn(store.next_txn_id(), 1_000).txn_id, ABORTED, None)
+    time.sleep(0.05)
+    assert got == []
+

@@ -20,6 +20,8 @@ from .memory_watch import MemoryTopicWatch
 
 
 class Layouts:
+    """Mixed into MemoryMetadataStore, which provides the state and its watches."""
+
     _s: Server
     _watches: list
 

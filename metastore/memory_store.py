@@ -13,6 +13,11 @@ each call is one atomic step, as a script is.
 Server time is the injectable ``clock`` (ms), read where the scripts read TIME.
 Never durable and never restarted: no server change can happen, so there are no
 gaps of possibly lost ids (gc_txn never answers KEPT) and no resync is ever due.
+
+Five modules, each under the size a reader takes in at once: this façade
+(transactions, writes, sinks), ``memory_state`` (the records and indexes),
+``memory_acks`` (claim tables and ack records), ``memory_layouts`` (scalable-topic
+DAGs) and ``memory_watch`` (the watch threads).
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ class MemoryMetadataStore(AckTables, Layouts):
         self._s = server
         # a private state gets a URL of its own: per-store throttles key on it
         self.url = f"memory://{name if name is not None else 'private-' + uuid.uuid4().hex[:8]}"
+        # not part of the Protocol, but read through it: the scalable-topic admin names
+        # the namespace in an error, the coordinator's sweep throttle keys on it
         self.keys = Keys(namespace, server.partitions)
         self.partitions = server.partitions
         self.deployment = server.deployment
@@ -104,9 +111,12 @@ class MemoryMetadataStore(AckTables, Layouts):
         return cls(name, namespace=namespace, partitions=partitions)
 
     def still_current(self) -> bool:
+        """The state lives as long as the process, so only this client's close ends it
+        (a worker that keeps stores between jobs then opens a fresh one)."""
         return not self._closed
 
     def close(self) -> None:
+        """Stops the watches this client started: nothing else holds their threads."""
         self._closed = True
         for w in self._watches:
             w.close()

@@ -13,6 +13,7 @@ timeouts and waits of a few ms); the memory store's clock is advanced by hand.
 from __future__ import annotations
 
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -254,6 +255,53 @@ def test_end_is_one_cas_repeatable_but_never_reversed(store):
     with pytest.raises(InvalidTxnTransition):
         store.end_txn(a, COMMITTED, None)
     assert store.get_header(a).state is ABORTED and store.get_header(t).state is COMMITTED
+
+
+def test_concurrent_ends_make_one_decision(backend):
+    t = new_txn(backend.store)
+    clients = [backend.client() for _ in range(3)]
+    results: list = []
+
+    def end(s, target) -> None:
+        try:
+            results.append(s.end_txn(t, target, [])[1:])
+        except InvalidTxnTransition:
+            results.append("refused")
+
+    threads = [threading.Thread(target=end, args=(s, target)) for s in clients
+               for target in (COMMITTED, ABORTED, COMMITTED)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    final = backend.store.get_header(t).state
+    assert results.count((True, False)) == 1  # one CAS changed the state
+    losing = sum(1 for s in clients for target in (COMMITTED, ABORTED, COMMITTED)
+                 if target is not final)
+    assert results.count("refused") == losing
+    assert results.count((False, False)) == len(threads) - 1 - losing
+
+
+def test_concurrent_claims_of_one_message_leave_one_holder(backend):
+    txns = [new_txn(backend.store) for _ in range(6)]
+    clients = [backend.client() for _ in range(3)]
+    won: list = []
+
+    def claim(i: int) -> None:
+        try:
+            clients[i % 3].claim_acks(txns[i], "s", "sub", [K(1)], i % 2 == 0)
+            won.append(str(txns[i]))
+        except AckConflict:
+            pass
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    claims = backend.store.list_claims("s", "sub")
+    assert len(won) == 1
+    assert claims.get(K(1)) == won[0] or claims.get(CUM) == f"{won[0]}|{K(1)}"
 
 
 def test_ending_an_unknown_txn_is_not_found(store):

@@ -26,8 +26,9 @@ from pulsar_txn.state import TxnState
 
 
 class SegmentState(str, Enum):
-    """A scalable topic's segment, as its descriptor records it (the layout
-    scripts check it: a write registers only on an ACTIVE segment)."""
+    """A scalable topic's segment, as its descriptor records it. The split/merge
+    script seals only ACTIVE parents; a writer-run checks its segment is still
+    ACTIVE right after registering (its fence), so no write joins a sealed one."""
     ACTIVE = "ACTIVE"
     SEALED = "SEALED"
 

@@ -684,6 +684,18 @@ def test_ack_records_accumulate_under_an_open_txn(backend, store):
     assert store.get_header(t).open_ack_records == 1
 
 
+def test_a_refused_ack_record_leaves_nothing_that_holds_gc(store):
+    """A malformed record (a cumulative ack of no position) is refused before it
+    writes: no open-ack count without a record, which would pin the header as
+    ACKS_PENDING forever once the transaction commits."""
+    t = new_txn(store)
+    with pytest.raises(MetastoreError):
+        store.record_acks(t, "s", "sub", [], True)
+    assert store.get_header(t).open_ack_records == 0
+    fin = finished(store, t)
+    assert store.gc_txn(t, fin) is Collected.DONE
+
+
 def test_no_ack_joins_an_ended_or_expired_txn(backend, store):
     with pytest.raises(TxnNotFound):
         store.record_acks(TxnId(0, 999_999), "s", "sub", [K(1)], False)

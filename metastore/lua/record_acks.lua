@@ -10,6 +10,9 @@ if h[1] ~= 'OPEN' then return {'NOTOPEN', h[1]} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(h[2]) then return {'TIMEDOUT'} end
+-- validated before the first write (Lua has no rollback): a refused record must not
+-- leave the header's open-ack count raised, which would hold its collection forever
+if #ARGV < 3 then return redis.error_reply('record_acks: no position to record') end
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 local rec
 if cur then

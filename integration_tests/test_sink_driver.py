@@ -7,7 +7,7 @@ from helpers import values
 
 from pulsar_txn.errors import TxnNotOpen
 from pulsar_txn.records import TxnId, sink_owner
-from pulsar_txn.spark.sink import PulsarTxnCommitMessage
+from pulsar_txn.spark.sink_task import PulsarTxnCommitMessage
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.writer import WriterRun
@@ -16,13 +16,13 @@ from pulsar_txn.writer import WriterRun
 def _sink(broker, redis_server, namespace, topic, sink_id):
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from pulsar_txn.spark.sink import StreamSinkWriter
+    from pulsar_txn.spark.sink_commit import PulsarTxnStreamWriter
 
-    return StreamSinkWriter({"service.url": broker.service_url,
-                             "metastore.url": redis_server.url,
-                             "metastore.namespace": namespace, "topic": topic,
-                             "sink.id": sink_id},
-                            StructType([StructField("value", BinaryType())]))
+    return PulsarTxnStreamWriter({"service.url": broker.service_url,
+                                  "metastore.url": redis_server.url,
+                                  "metastore.namespace": namespace, "topic": topic,
+                                  "sink.id": sink_id},
+                                 StructType([StructField("value", BinaryType())]))
 
 
 def _run(client, txn_id, topic, writer) -> WriterRun:

@@ -1,6 +1,6 @@
 """Planning of source partitions: splits stay inside one ledger and cover the range."""
 
-from pulsar_txn.spark.source import BEFORE, WHOLE_ENTRY, _split, plan_partitions
+from pulsar_txn.spark.offsets import BEFORE, WHOLE_ENTRY, _split, plan_partitions
 
 
 def _entries(ranges):

@@ -1,145 +1,184 @@
-"""The ``pulsar-txn`` Spark data source.
-
-Name: ``pulsar-txn``
-
-Sink options (case-insensitive)
--------------------------------
-service.url : str, required
-    ``pulsar://host:port`` of the broker.
-metastore.url : str, required
-    ``redis://[:password@]host:port/db`` or ``rediss://`` (TLS) of the metadata store.
-metastore.namespace : str, default ``ptxn``
-    Key prefix of the deployment (must match the readers').
-topic : str
-    Target topic (``persistent://…`` or a scalable ``topic://…``, whose rows are
-    routed by key); else each row's ``topic`` column.
-transaction.timeout.ms : int, default 60000
-    Deadline of each batch's transaction; must cover the longest batch.
-sink.id : str, default ``query-<Spark query id>``
-    The idempotence key: one transaction per (sink.id, batchId). The default follows
-    the query's identity, which the checkpoint keeps across restarts; a new checkpoint
-    is a new query. An explicit id belongs to the first query that writes it.
-sink.id.rebind : bool, default false
-    Move an explicit ``sink.id`` of another query to this one, starting over.
-pulsar.producer.* / pulsar.client.* :
-    Passed to pulsar-client's ``create_producer`` / ``Client`` (snake_case names).
-
-Input columns: ``value`` (binary or string, required), ``key`` (string or binary),
-``properties`` (map<string,string>), ``eventTime`` (timestamp), ``topic`` (string).
-
-Source options: see docs/configuration.md (``topic``/``topics``/``topicsPattern``,
-``startingOffsets``, ``maxRecordsPerTrigger``, ``maxBytesPerTrigger``,
-``subscription``, …).
-
-Examples
---------
->>> from pulsar_txn.spark import register
->>> register(spark)  # not needed when the package is installed: auto-registered
->>> (df.writeStream.format("pulsar-txn")
-...    .option("service.url", "pulsar://127.0.0.1:6650")
-...    .option("metastore.url", "redis://127.0.0.1:6379")
-...    .option("topic", "orders")
-...    .option("checkpointLocation", "/tmp/ckpt")
-...    .start())
-"""
+"""What Spark loads for ``format("pulsar-txn")``; its class docstring is the user manual."""
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-)
-from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSource
 
-from .sink import BatchSinkWriter, PulsarTxnCommitMessage, StreamSinkWriter
-from .source import (
-    SCHEMA,
-    BatchSource,
-    SegmentPartition,
-    StreamSource,
-    read_partition,
-)
+from pulsar_txn.spark import configure_logging
 
-__all__ = ["PulsarTxnCommitMessage", "PulsarTxnDataSource", "SegmentPartition"]
+from .partition_reader import SCHEMA
+from .sink_commit import PulsarTxnBatchWriter, PulsarTxnStreamWriter
+from .source_reader import PulsarTxnBatchReader, PulsarTxnStreamReader
 
-
-class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """READ_COMMITTED micro-batch reader; offsets are per-segment positions (JSON)."""
-
-    def __init__(self, options) -> None:
-        self._core = StreamSource(options)
-
-    def initialOffset(self) -> dict:
-        return self._core.initial_offset()
-
-    def latestOffset(self, start: dict, limit) -> dict:
-        return self._core.latest_offset(start, limit)
-
-    def getDefaultReadLimit(self):
-        return self._core.default_read_limit()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._core.prepare_available_now()
-
-    def reportLatestOffset(self) -> dict | None:
-        return self._core.report_latest_offset()
-
-    def partitions(self, start: dict, end: dict):
-        return self._core.partitions(start, end)
-
-    def read(self, partition):
-        return read_partition(self._core.opts, partition)
-
-    def commit(self, end: dict) -> None:
-        self._core.commit(end)  # advances the optional 'subscription'; offsets are Spark's
-
-    def stop(self) -> None:
-        self._core.stop()
-
-
-class PulsarTxnBatchReader(DataSourceReader):
-    def __init__(self, options) -> None:
-        self._core = BatchSource(options)
-
-    def partitions(self):
-        return self._core.partitions()
-
-    def read(self, partition):
-        return read_partition(self._core.opts, partition)
-
-
-class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options, schema) -> None:
-        self._core = StreamSinkWriter(options, schema)
-
-    def write(self, iterator):
-        return self._core.write(iterator)
-
-    def commit(self, messages, batchId) -> None:
-        self._core.commit(messages, batchId)
-
-    def abort(self, messages, batchId) -> None:
-        self._core.abort(messages, batchId)
-
-
-class PulsarTxnBatchWriter(DataSourceArrowWriter):
-    def __init__(self, options, schema) -> None:
-        self._core = BatchSinkWriter(options, schema)
-
-    def write(self, iterator):
-        return self._core.write(iterator)
-
-    def commit(self, messages) -> None:
-        self._core.commit_job(messages)
-
-    def abort(self, messages) -> None:
-        self._core.abort_job(messages)
+__all__ = ["PulsarTxnDataSource"]
 
 
 class PulsarTxnDataSource(DataSource):
+    """Exactly-once, READ_COMMITTED Spark data source ``pulsar-txn`` for Apache Pulsar.
+
+    The sink makes each micro-batch exactly one transaction (a batch ``df.write`` job:
+    one transaction); the source returns only rows of committed transactions, and
+    replaying an offset range returns the same rows. Installed with the package, the
+    format registers itself; otherwise call ``pulsar_txn.spark.register(spark)``.
+    Option names are case-insensitive; an unknown option, a malformed value or an
+    unusable input column fails the query before anything is written, naming it.
+    Every option below is also in docs/configuration.md (a test keeps the two equal).
+
+    Examples
+    --------
+    Stream into a topic (one transaction per micro-batch)::
+
+        (df.selectExpr("CAST(id AS STRING) AS key", "CAST(v AS BINARY) AS value")
+           .writeStream.format("pulsar-txn")
+           .option("service.url", "pulsar://127.0.0.1:6650")
+           .option("metastore.url", "redis://127.0.0.1:6379")
+           .option("topic", "persistent://public/default/orders")
+           .option("checkpointLocation", "/data/ckpt/orders")
+           .start())
+
+    Stream committed rows out of topics::
+
+        events = (spark.readStream.format("pulsar-txn")
+                  .option("service.url", "pulsar://127.0.0.1:6650")
+                  .option("metastore.url", "redis://127.0.0.1:6379")
+                  .option("topics", "orders,topic://public/default/clicks")
+                  .option("startingOffsets", "earliest")
+                  .option("maxRecordsPerTrigger", 10000)
+                  .load())
+
+    Write a batch job (the whole job is one transaction)::
+
+        (df.write.format("pulsar-txn").option("service.url", url)
+           .option("metastore.url", metastore).option("topic", "orders").save())
+
+    Read a snapshot (every segment up to what is committed now)::
+
+        rows = (spark.read.format("pulsar-txn").option("service.url", url)
+                .option("metastore.url", metastore).option("topic", "orders")
+                .option("startingOffsets", "earliest").load())
+
+    Sink options
+    ------------
+    service.url : required
+        ``pulsar://host:port`` or ``pulsar+ssl://…`` of the broker.
+    metastore.url : required
+        ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS:
+        ``?ssl_ca_certs=/ca.pem``, client certificates ``&ssl_certfile=…&ssl_keyfile=…``)
+        or ``unix://…``; ``?durability=strict`` (default), ``waitaof`` or ``relaxed``;
+        ``?namespace=`` overrides ``metastore.namespace``. The password is never shown.
+    metastore.namespace : ``ptxn``
+        Key prefix of the deployment; its readers must use the same.
+    topic : —
+        Target topic (``persistent://…``, a short name, or a scalable ``topic://…``
+        whose rows are routed by key); without it each row's ``topic`` column.
+    transaction.timeout.ms : ``60000``
+        Deadline of a batch's transaction; must cover the longest batch, retries and
+        scheduling delays included.
+    sink.id : ``query-<Spark query id>``
+        The idempotence key: one transaction per (sink id, batchId). The default follows
+        the query's identity, which the checkpoint keeps across restarts; a new
+        checkpoint (even at the same path) is a new query and a new id. An explicit id
+        belongs to the first query that writes it; another query using it is refused.
+    sink.id.rebind : ``false``
+        ``true`` moves an explicit ``sink.id`` that belongs to another query to this one
+        and starts its progress over; the old query's later commits are fenced.
+    pulsar.producer.<name> : batching on, 1000 msgs, 5 ms
+        Any ``pulsar.Client.create_producer`` keyword, e.g.
+        ``pulsar.producer.compression_type=LZ4`` (enum settings by member name).
+    pulsar.client.<name> : —
+        Any ``pulsar.Client`` keyword, e.g. ``pulsar.client.operation_timeout_seconds``;
+        the Java client's TLS names (``pulsar.client.tlsTrustCertsFilePath``, …) too.
+    pulsar.client.authPluginClassName : —
+        Pulsar authentication as pulsar-spark names it: ``token``, ``tls``, ``oauth2``,
+        or the Java class name (``org.apache.pulsar.client.impl.auth.AuthenticationToken``…).
+    pulsar.client.authParams : —
+        Its parameters, a secret never shown: ``token:<jwt>``, ``file:///path`` (must
+        exist on the driver and every executor) or ``env:VAR``; TLS
+        ``tlsCertFile:<path>,tlsKeyFile:<path>``; OAuth2 the JSON of
+        ``AuthenticationOauth2``.
+    transactional : ``true``
+        ``false`` writes plain appends without transactions (at-least-once): the
+        benchmark baseline.
+    transaction.retention.ms : ``3600000``
+        The query's driver collects finalized transactions older than this (and aborts
+        expired ones, finishes cleanups a dead committer left), so a Spark-only
+        deployment needs no other sweeper. Replays stay correct after this GC.
+    sink.fault : —
+        Test seam for crash injection (``pulsar_txn.spark.faults``); never set in
+        production.
+    checkpointLocation, path : —
+        Spark's own; ``path`` is an alias of ``topic`` for ``save(path)``.
+
+    Input columns: ``value`` (binary or string, required), ``key`` (string or binary),
+    ``properties`` (map<string,string>), ``eventTime`` (timestamp), ``topic`` (string).
+
+    Source options
+    --------------
+    service.url, metastore.url, metastore.namespace : as for the sink
+        The same broker and metastore (and namespace) the writers used.
+    topic / topics / topicsPattern : one required
+        One topic, a comma list, or a regular expression matched in full against topic
+        names at every trigger (new matching topics are read from their earliest
+        entry). ``persistent://…`` or scalable ``topic://tenant/ns/name``; a pattern over
+        ``persistent://`` topics needs ``admin.url``, one over ``topic://`` uses the
+        metastore.
+    admin.url : —
+        The broker's REST admin URL (``http://host:8080``), to list topics for
+        ``topicsPattern``; pulsar-lite has none.
+    subscription : —
+        Streaming only: after Spark commits a micro-batch, this Pulsar subscription is
+        moved (cumulative ack, Failover) to the batch's end on every segment, so backlog
+        tools see the query's progress; it never moves for a batch that failed.
+    startingOffsets : ``latest`` (stream), ``earliest`` (batch)
+        ``earliest``, ``latest``, or JSON ``{"<topic>": "<ledgerId>:<entryId>[:<batch>]"}``:
+        the last message already read (a partitioned topic: one per partition).
+    endingOffsets : ``latest`` (the gate now)
+        Batch only; the same JSON form, inclusive.
+    minPartitions : ``1`` per segment
+        Split each segment's range (by entry id, within a ledger) into more partitions.
+    maxRecordsPerTrigger : —
+        At most N messages per micro-batch (over all topics, aborted entries included).
+    maxBytesPerTrigger : —
+        At most N payload bytes per micro-batch (at least one message; combines with
+        ``maxRecordsPerTrigger``).
+    minRecordsPerTrigger : —
+        Wait for N messages, but at most ``maxTriggerDelay``.
+    maxTriggerDelay : ``15m``
+        ``500ms``, ``5s``, ``1m`` …
+    startingTimestamp : —
+        Epoch ms: start at the first message published at or after it (a scan;
+        exclusive with ``startingOffsets``).
+    failOnDataLoss : ``true``
+        A planned range whose entries are gone (deleted topic or ledgers) fails the
+        query; ``false`` skips it with a warning. A broker that is down is never loss.
+    dataTimeoutMs : ``30000``
+        How long a planned entry may take to arrive before it counts as lost.
+    transaction.retention.ms : ``3600000``
+        As for the sink: the query's driver sweeps, once a second at most.
+    pulsar.client.<name> : —
+        Any ``pulsar.Client`` keyword.
+    pulsar.client.authPluginClassName : —
+        As for the sink.
+    pulsar.client.authParams : —
+        As for the sink (a secret, never shown).
+    pulsar.reader.<name> : ``receiver_queue_size`` 2000
+        ``receiver_queue_size``, ``reader_name``, ``subscription_role_prefix`` of the
+        data readers (compacted reads are refused: they would break stable replay).
+    checkpointLocation, path : —
+        Spark's own; ``path`` is an alias of ``topic`` for ``load(path)``.
+
+    ``Trigger.AvailableNow`` is supported (the target is the gate when the query
+    starts). Output schema: ``key string, value binary, topic string, segment string,
+    messageId string, publishTime timestamp, eventTime timestamp,
+    properties map<string,string>, txnId string``. Offsets in the checkpoint look like
+    ``{"persistent://public/default/orders": "12:345:2147483647"}`` (batch 2147483647 =
+    the whole entry); a scalable topic has one position per segment, and a segment made
+    by a split or merge joins after its parents were read to their end, so for every
+    key the parents' rows come in earlier micro-batches. Each trigger's progress
+    (``latestOffset`` of the source in ``query.lastProgress``) reports ``latest``,
+    ``entriesBehindLatest``, ``openTxnsHoldingGate`` and ``segmentsRead``.
+    """
+
     @classmethod
     def name(cls) -> str:
         return "pulsar-txn"
@@ -148,13 +187,17 @@ class PulsarTxnDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema):
+        configure_logging()
         return PulsarTxnStreamReader(self.options)
 
     def reader(self, schema):
+        configure_logging()
         return PulsarTxnBatchReader(self.options)
 
     def streamWriter(self, schema, overwrite: bool):
+        configure_logging()
         return PulsarTxnStreamWriter(self.options, schema)
 
     def writer(self, schema, overwrite: bool):
+        configure_logging()
         return PulsarTxnBatchWriter(self.options, schema)

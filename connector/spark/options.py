@@ -7,9 +7,20 @@ that names it, and every malformed value names the option and what it expects.
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import re
 from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
 
+import pulsar
+
+from pulsar_txn.admin import check_admin_url
+from pulsar_txn.connection import authentication, quiet_logger
+from pulsar_txn.dag import is_scalable, normalize_scalable
 from pulsar_txn.errors import ConfigError
+from pulsar_txn.metastore.redis_store import redact_url
+from pulsar_txn.topics import normalize_any, normalize_topic
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
 SPARK = {"path", "checkpointlocation"}
@@ -51,9 +62,6 @@ DOCUMENTED = {n.lower(): n for n in (
 def client_kwargs(opts) -> dict:
     """pulsar.Client keyword arguments of source or sink options, with the
     authentication object built here (options travel to executors as strings)."""
-    from pulsar_txn.client import quiet_logger
-    from pulsar_txn.connection import authentication
-
     kw = {"logger": quiet_logger(), **opts.client}
     auth = authentication(opts.auth_plugin, opts.auth_params)
     if auth is not None:
@@ -73,10 +81,6 @@ def query_id_of_checkpoint(location: str) -> str:
     restarts; a deleted and re-created checkpoint gets a new one. Every spelling of
     the location (``file:`` URLs, relative paths, ``//``, ``..``) reads the same file.
     """
-    import json
-    import os
-    from urllib.parse import unquote, urlparse
-
     path = location
     if location.startswith("file:"):
         path = unquote(urlparse(location).path)
@@ -194,8 +198,6 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
                           f"got {service!r}")
     metastore = _required(opts, "metastore.url")
     if not metastore.startswith(("redis://", "rediss://", "unix://")):
-        from pulsar_txn.metastore.redis_store import redact_url
-
         raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
                           f"got {redact_url(metastore)!r}")
     return opts, service, metastore
@@ -224,14 +226,10 @@ class SinkOptions:
 
     @classmethod
     def from_options(cls, options) -> SinkOptions:
-        import pulsar
-
         opts, service, metastore = _checked(options, "sink", SINK,
                                             ("pulsar.producer.", "pulsar.client."))
         topic = opts.get("topic") or opts.get("path") or None
         if topic is not None:  # refused before anything is written
-            from pulsar_txn.topics import normalize_any
-
             try:
                 normalize_any(topic)
             except ConfigError as e:
@@ -269,8 +267,6 @@ def _position(raw: str, key: str) -> tuple[int, int, int]:
 
 def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, int]] | None:
     """'earliest' | 'latest' | JSON {"topic": "ledgerId:entryId[:batch]"} (last entry read)."""
-    import json
-
     raw = opts.get(key)
     if raw is None or raw == "":
         return None
@@ -283,8 +279,6 @@ def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, 
                           f'{{"<topic>": "<ledgerId>:<entryId>"}}, got {raw!r}') from None
     if not isinstance(parsed, dict):
         raise ConfigError(f"option {shown(key)!r}: JSON must be an object of topic -> position")
-    from pulsar_txn.topics import normalize_topic
-
     return {normalize_topic(t): _position(v, key) for t, v in parsed.items()}
 
 
@@ -334,13 +328,7 @@ class SourceOptions:
 
     @classmethod
     def from_options(cls, options, batch: bool = False) -> SourceOptions:
-        import re
 
-        import pulsar
-
-        from pulsar_txn.admin import check_admin_url
-        from pulsar_txn.dag import is_scalable, normalize_scalable
-        from pulsar_txn.topics import normalize_topic
 
         opts, service, metastore = _checked(options, "source", SOURCE,
                                             ("pulsar.client.", "pulsar.reader."))

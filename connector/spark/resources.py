@@ -23,6 +23,12 @@ import threading
 import time
 from typing import Any
 
+import pulsar
+
+from pulsar_txn.metastore import open_store
+
+from .options import client_kwargs
+
 IDLE_S = 300.0  # a producer or client nobody borrowed for this long is closed
 
 
@@ -148,16 +154,10 @@ class WorkerResources:
 
 
 def _make_client(opts):
-    import pulsar
-
-    from .options import client_kwargs
-
     return pulsar.Client(opts.service_url, **client_kwargs(opts))
 
 
 def _open_store(url: str, namespace: str):
-    from pulsar_txn.metastore import open_store
-
     return open_store(url, namespace=namespace)
 
 

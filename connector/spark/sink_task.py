@@ -1,0 +1,328 @@
+"""Executor side of the sink: a task writes its rows under the batch's transaction.
+
+Tasks (executors) join the batch's transaction through its owner key
+``<sink id>|<query id>|<batchId>`` (create-or-get in one script), write as their own
+writer (one per task attempt) and report it in their commit message; only the driver
+ends the transaction (``sink_commit``), naming the attempts whose messages reached it.
+So a retried, speculative or zombie attempt can write, yet never shows, and a
+replayed batch that already committed writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timezone
+
+import _pulsar
+import pulsar
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import WriterCommitMessage
+
+from pulsar_txn.broker_io import partitions_of
+from pulsar_txn.connection import naming
+from pulsar_txn.coordinator import TransactionCoordinator
+from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.records import TxnId, sink_owner
+from pulsar_txn.scalable.admin import ScalableTopics
+from pulsar_txn.scalable.producer import ScalableProducer
+from pulsar_txn.spark import configure_logging
+from pulsar_txn.state import TxnState
+from pulsar_txn.topics import normalize_any, partition_for
+from pulsar_txn.transaction import Transaction
+
+from . import faults
+from .options import SinkOptions, default_sink_id
+from .resources import RESOURCES
+
+log = logging.getLogger("pulsar_txn.spark.sink")  # the name users configure: kept
+
+ACCEPTED = {"value": ("binary", "string"), "key": ("string", "binary"),
+            "properties": ("map<string,string>",), "eventtime": ("timestamp",),
+            "topic": ("string",)}
+
+
+def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
+    """Map each accepted role to the input column; any other column or type is an error."""
+    roles: dict[str, str] = {}
+    for f in schema.fields:
+        role = f.name.lower()
+        if role not in ACCEPTED:
+            raise ConfigError(
+                f"column {f.name!r} is not accepted by the pulsar-txn sink; accepted columns: "
+                f"value (binary|string, required), key, properties, eventTime, topic")
+        type_name = f.dataType.simpleString()
+        if type_name not in ACCEPTED[role]:
+            raise ConfigError(f"column {f.name!r} has type {type_name}; the pulsar-txn sink "
+                              f"expects {' or '.join(ACCEPTED[role])}")
+        roles[role] = f.name
+    if "value" not in roles:
+        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string)")
+    if not opts.topic and "topic" not in roles:
+        raise ConfigError("set option 'topic' or provide a 'topic' column")
+    return roles
+
+
+@dataclass
+class PulsarTxnCommitMessage(WriterCommitMessage):
+    """What a task attempt reports to the driver. The driver names winners only from
+    these, so an attempt that wrote but whose report never arrived stays invisible."""
+
+    sink_id: str
+    txn_id: str | None
+    writer: str
+    segments: tuple[str, ...]
+    rows: int
+    already_committed: bool = False
+    query_id: str = ""
+
+
+class _PlainRun:
+    """transactional=false: the same appends without a transaction (at-least-once)."""
+
+    def __init__(self, producer) -> None:
+        self.producer = producer
+        self.errors: list[str] = []
+
+    def _done(self, res, _msg_id) -> None:
+        if res != pulsar.Result.Ok:
+            self.errors.append(str(res))
+
+    def send_async(self, value, properties=None, **kw) -> None:
+        self.producer.send_async(value, self._done, properties=properties or {}, **kw)
+
+    def send_many(self, values: list, keys: list | None = None,
+                  properties: list | None = None, event_times: list | None = None) -> None:
+        """Like WriterRun.send_many, without a transaction."""
+        native, done, builder = self.producer._producer, self._done, _pulsar.MessageBuilder
+        for j in range(len(values)):
+            mb = builder()
+            mb.content(values[j])
+            if properties is not None and properties[j]:
+                mb.properties(properties[j])
+            if keys is not None and keys[j]:
+                mb.partition_key(keys[j])
+            if event_times is not None and event_times[j]:
+                mb.event_timestamp(event_times[j])
+            native.send_async(mb.build(), done)
+
+    def flush(self) -> None:
+        self.producer.flush()
+        if self.errors:
+            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+
+
+class _ScalableWrites:
+    """A task's writes to ``topic://`` targets: rows routed by key hash to the ACTIVE
+    segments, re-routed in order if a split or merge seals one mid-batch (the same
+    ScalableProducer the client API uses), under the batch's txn as the task's writer."""
+
+    def __init__(self, opts: SinkOptions, client, store, txn: Transaction | None,
+                 writer: str, producer_kw: dict) -> None:
+        if store is None:  # transactional=false: no store was borrowed yet
+            store = RESOURCES.store(opts.metastore_url, opts.namespace)
+        self.pulsar, self.store, self.writer = client, store, writer
+        self.scalable = ScalableTopics(store, client)
+        self._kw = producer_kw
+        self.producers: dict[str, ScalableProducer] = {}
+        self.txn = txn
+        self.errors: list[str] = []
+
+    def _failed(self, res, _msg_id) -> None:
+        if res != pulsar.Result.Ok:
+            self.errors.append(str(res))
+
+    def send(self, topic: str, value: bytes, key, props, event_time_ms) -> None:
+        p = self.producers.get(topic)
+        if p is None:
+            p = self.producers[topic] = ScalableProducer(self.pulsar, self.scalable, topic,
+                                                         writer_id=self.writer, **self._kw)
+        p.send_async(value, self._failed, key=key, properties=props, txn=self.txn,
+                     event_time_ms=event_time_ms)
+
+    def flush(self) -> list[str]:
+        """Every append acknowledged (re-routed ones included); the segments written."""
+        for p in self.producers.values():
+            p.flush()
+        if self.txn is not None:
+            self.txn.flush()
+        if self.errors:
+            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+        return sorted(self.txn.segments) if self.txn is not None else [
+            s.backing for p in self.producers.values() for s in p.layout.segments.values()]
+
+    def close(self) -> None:
+        try:
+            for p in self.producers.values():
+                p.close()
+        finally:
+            self.scalable.close()
+
+
+def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list | None,
+                                                       list | None]:
+    """(values, keys, properties, event times) of an Arrow batch as the producer takes
+    them: bytes, str, dict, epoch milliseconds; converted by Arrow, not row by row."""
+    value = batch.column(roles["value"])
+    if value.null_count:
+        raise ConfigError("column 'value' is null in a row; the pulsar-txn sink needs a "
+                          "value for every row")
+    values = (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()
+    keys = None
+    if "key" in roles:
+        key = batch.column(roles["key"])
+        keys = (key if pa.types.is_string(key.type) else key.cast(pa.string())).to_pylist()
+    props = None
+    if "properties" in roles:
+        props = [dict(p) if p else None for p in batch.column(roles["properties"]).to_pylist()]
+    times = None
+    if "eventtime" in roles:
+        t = batch.column(roles["eventtime"])
+        times = pc.cast(pc.cast(t, pa.timestamp("ms", tz=t.type.tz)), pa.int64()).to_pylist()
+    return values, keys, props, times
+
+
+def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
+               writer: str, store) -> tuple[list[str], int]:
+    """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
+    RESOURCES.begin_task()
+    client = RESOURCES.client(opts)  # kept for the worker's later tasks, like producers
+    txn = None
+    if txn_id is not None:  # the batch's transaction: the driver ends it, never a task
+        if store.get_header(txn_id) is None:
+            raise PulsarTxnError(f"transaction {txn_id} not found")
+        txn = Transaction.join(store, txn_id)
+    producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
+                   "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
+                   "max_pending_messages": 10_000, **opts.producer}
+    runs: dict = {}  # topic -> its WriterRun (or _PlainRun)
+    partitioned: dict[str, list[str]] = {}
+
+    def run_for(topic: str):
+        """This task's writer-run on a plain topic, on the worker's kept producer."""
+        run = runs.get(topic)
+        if run is None:
+            with naming(opts.service_url, what=f"creating a producer on {topic}"):
+                producer = RESOURCES.producer(opts, topic, producer_kw)
+            run = runs[topic] = (_PlainRun(producer) if txn is None else
+                                 txn.run_for(topic, writer, producer))
+        return run
+
+    def partitions(topic: str) -> list[str]:
+        split = partitioned.get(topic)
+        if split is None:
+            with naming(opts.service_url, what=f"looking up {topic}"):
+                split = partitioned[topic] = partitions_of(client, topic)
+        return split
+
+    scalable: _ScalableWrites | None = None
+    rows = 0
+    try:
+        default_topic = normalize_any(opts.topic) if opts.topic else None
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            if (default_topic is not None and not default_topic.startswith("topic://")
+                    and len(partitions(default_topic)) == 1):
+                # the common case, one plain topic: whole columns, no per-row routing
+                run_for(default_topic).send_many(*wire_columns(batch, roles))
+                rows += n
+                continue
+            cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
+            values = cols["value"]
+            keys = cols.get("key")
+            props = cols.get("properties")
+            times = cols.get("eventtime")
+            topics = cols.get("topic")
+            for i in range(n):
+                v = values[i]
+                if v is None:
+                    raise ConfigError("column 'value' is null in a row; the pulsar-txn sink "
+                                      "needs a value for every row")
+                if isinstance(v, str):
+                    v = v.encode()
+                topic = default_topic or normalize_any(topics[i])
+                kw = {}
+                if keys is not None and keys[i] is not None:
+                    k = keys[i]
+                    kw["partition_key"] = k.decode() if isinstance(k, bytes) else k
+                if times is not None and times[i] is not None:
+                    t = times[i]
+                    if t.tzinfo is None:
+                        t = t.replace(tzinfo=timezone.utc)
+                    kw["event_timestamp"] = int(t.timestamp() * 1000)
+                p = dict(props[i]) if props is not None and props[i] else None
+                if topic.startswith("topic://"):
+                    if scalable is None:
+                        scalable = _ScalableWrites(opts, client, store, txn, writer,
+                                                   producer_kw)
+                    scalable.send(topic, v, kw.get("partition_key"), p,
+                                  kw.get("event_timestamp"))
+                    continue
+                split = partitions(topic)
+                if len(split) > 1:  # a partitioned topic: one writer-run per partition
+                    topic = split[partition_for(kw.get("partition_key"), len(split), rows + i)]
+                run_for(topic).send_async(v, p, **kw)
+            rows += n
+        for run in runs.values():
+            run.flush()
+        segments = sorted(runs)
+        if scalable is not None:
+            segments = sorted(set(segments) | set(scalable.flush()))
+        return segments, rows
+    except BaseException:
+        RESOURCES.discard([run.producer for run in runs.values()])  # sends of unknown outcome
+        raise
+    finally:
+        if scalable is not None:
+            scalable.close()
+
+
+def _writer_id(ctx) -> str:
+    """One writer per task attempt: the driver names winners by it, so two attempts
+    of one partition (retry, speculation, zombie) must never share one."""
+    return f"t{ctx.partitionId()}.a{ctx.attemptNumber()}.{uuid.uuid4().hex[:10]}"
+
+
+def write_micro_batch(opts: SinkOptions, roles: dict[str, str], batches
+                      ) -> PulsarTxnCommitMessage:
+    """A streaming task: join micro-batch ``batchId``'s transaction (or find it
+    committed: a replay writes nothing) and append this attempt's rows under it."""
+    configure_logging()  # an executor's Python worker never ran the driver's setup
+    ctx = TaskContext.get()
+    if not opts.transactional:
+        segments, rows = write_rows(opts, roles, batches, None, "", None)
+        return PulsarTxnCommitMessage("", None, "", tuple(segments), rows)
+    batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+    query_id = ctx.getLocalProperty("sql.streaming.queryId")
+    sink_id = opts.sink_id or default_sink_id(query_id)
+    writer = _writer_id(ctx)
+    store = RESOURCES.store(opts.metastore_url, opts.namespace)  # kept
+    # progress is per query: a new checkpoint never inherits another query's
+    if store.bind_sink(sink_id, query_id, opts.rebind) >= batch_id:
+        return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True, query_id)
+    coord = TransactionCoordinator(store, materialize_inline=True)
+    header = coord.new_transaction(opts.timeout_ms,
+                                   owner=sink_owner(sink_id, query_id, batch_id))
+    if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
+        return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True,
+                                      query_id)
+    segments, rows = write_rows(opts, roles, batches, header.txn_id, writer, store)
+    faults.after_task_write(opts, batch_id, ctx)
+    return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
+                                  rows, False, query_id)
+
+
+def write_job_part(opts: SinkOptions, roles: dict[str, str], batches, sink_id: str,
+                   txn_id: str) -> PulsarTxnCommitMessage:
+    """A ``df.write`` task: append this attempt's rows under the job's one transaction,
+    which the driver opened when it planned the write."""
+    configure_logging()  # an executor's Python worker never ran the driver's setup
+    writer = _writer_id(TaskContext.get())
+    store = RESOURCES.store(opts.metastore_url, opts.namespace)  # kept
+    segments, rows = write_rows(opts, roles, batches, TxnId.parse(txn_id), writer, store)
+    return PulsarTxnCommitMessage(sink_id, txn_id, writer, tuple(segments), rows)

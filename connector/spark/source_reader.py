@@ -1,0 +1,234 @@
+"""The source's Spark readers.
+
+Spark asks them, on the driver, how far each micro-batch (or batch query) reads and
+how to split it. They answer from the gate (``planning``), so every entry of a range
+already has its outcome and replaying a range returns the same rows; the read limits
+and ``Trigger.AvailableNow`` only ever move an end back. ``read`` runs on executors
+(``partition_reader``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pulsar_txn.broker_io import last_entry_strict
+from pulsar_txn.errors import ConfigError
+
+from .offsets import (
+    BEFORE,
+    Pos,
+    SegmentPartition,
+    entries_between,
+    from_offset,
+    plan_partitions,
+    to_offset,
+)
+from .options import SourceOptions
+from .partition_reader import read_partition
+from .planning import Planner, Unit
+
+log = logging.getLogger("pulsar_txn.spark.source")  # the name users configure: kept
+
+
+class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """READ_COMMITTED micro-batches: an end offset is each segment's gate, capped by the
+    read limits; Spark keeps the offsets in its checkpoint and may replay a range."""
+
+    def __init__(self, options) -> None:
+        self.opts = SourceOptions.from_options(options)
+        self._planner: Planner | None = None
+        self._target: dict[str, Pos] | None = None  # Trigger.AvailableNow cap
+        self._waiting_since: float | None = None
+        self._report: dict | None = None
+        self._logged: tuple | None = None
+
+    @property
+    def planner(self) -> Planner:
+        if self._planner is None:
+            self._planner = Planner(self.opts)
+        return self._planner
+
+    def _units(self) -> list[Unit]:
+        return [u for name in self.planner.resolve() for u in self.planner.all_segments(name)]
+
+    def initialOffset(self) -> dict:
+        units = self._units()
+        if self.opts.starting_timestamp_ms is not None:
+            ts = self.opts.starting_timestamp_ms
+            return to_offset({u.segment: self.planner.before_time(u.segment, ts) for u in units})
+        s = self.opts.starting
+        if s == "earliest":
+            return to_offset({u.segment: BEFORE for u in units})
+        if s == "latest":  # sealed segments count as read to their end
+            # an unknown last entry raises: 'latest' never silently becomes 'earliest'
+            return to_offset({u.segment: u.cap if u.cap else self.planner.gate(
+                u.segment, BEFORE, last_entry_strict(self.planner.pulsar, u.segment))
+                for u in units})
+        return to_offset({u.segment: s.get(u.segment, BEFORE) for u in units})
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        # once per trigger, also when idle: the deployment's background work (a query
+        # must not stall behind an abandoned txn when no other process sweeps)
+        self.planner.coordinator.sweep_if_due(self.opts.retention_ms)
+        cur = from_offset(start)
+        units = self.planner.units(cur)
+        ends: dict[str, Pos] = dict(cur)
+        latest: dict[str, str] = {}
+        behind = holding = 0
+        for u in units:
+            s = cur.get(u.segment, BEFORE)
+            if u.hold:
+                ends[u.segment] = s
+                continue
+            g, lac, held = self.planner.gate_and_lac(u.segment, s, u.lac)
+            if u.cap is not None:
+                g = min(g, u.cap)
+            if self._target is not None:
+                g = min(g, self._target.get(u.segment, s))
+            ends[u.segment] = max(g, s)
+            holding += held
+            if lac is not None:
+                latest[u.segment] = f"{lac[0]}:{lac[1]}"
+                behind += entries_between(ends[u.segment], lac)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_records
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes
+        if max_rows is not None or max_bytes is not None:
+            rows, size = max_rows or 2**62, max_bytes
+            for u in units:
+                s = cur.get(u.segment, BEFORE)
+                if ends[u.segment] <= s:
+                    continue
+                if rows <= 0 or (size is not None and size <= 0):
+                    ends[u.segment] = s
+                    continue
+                ends[u.segment], n, nbytes = self.planner.count_until(
+                    u.segment, s, ends[u.segment], rows, size)
+                rows -= n
+                if size is not None:
+                    size -= nbytes
+        elif isinstance(limit, ReadMinRows):
+            available = sum(self.planner.count_until(u.segment, cur.get(u.segment, BEFORE),
+                                                     ends[u.segment], limit.min_rows)[1]
+                            for u in units if ends[u.segment] > cur.get(u.segment, BEFORE))
+            now = time.monotonic()
+            if available < limit.min_rows:
+                self._waiting_since = self._waiting_since or now
+                if now - self._waiting_since < self.opts.max_trigger_delay_ms / 1000:
+                    ends = dict(cur)
+            if ends != cur:
+                self._waiting_since = None
+        if self.opts.subscription:
+            for u in units:
+                self.planner.subscription_consumer(u.segment)
+            # Spark's loop is construct -> run -> commit log -> construct: the start of
+            # a new plan is the end of a committed batch (after a crash the last batch
+            # is re-run first, without latestOffset). Acking here also covers the last
+            # batch of Trigger.AvailableNow, for which commit() never comes.
+            self.planner.advance_subscription(cur)
+        self._metrics(latest, behind, holding, len(units))
+        return to_offset(ends)
+
+    def _metrics(self, latest: dict, behind: int, holding: int, segments: int) -> None:
+        """Progress: shown as the source's latestOffset in each query progress."""
+        self._report = {"latest": latest, "entriesBehindLatest": behind,
+                        "openTxnsHoldingGate": holding, "segmentsRead": segments}
+        state = (behind, holding, segments)
+        if state != self._logged:
+            self._logged = state
+            log.info("pulsar-txn source: %d entries behind latest on %d segments; %d open "
+                     "transactions hold the gate", behind, segments, holding)
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._report
+
+    def partitions(self, start: dict, end: dict) -> list[SegmentPartition]:
+        return plan_partitions(start, end, self.opts.min_partitions, self.planner.first_entry,
+                               self.planner.topic_of)
+
+    def read(self, partition):
+        return read_partition(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark committed the batch ending at ``end``: advance the optional subscription."""
+        if self.opts.subscription:
+            self.planner.advance_subscription(from_offset(end))
+
+    def getDefaultReadLimit(self):
+        if self.opts.max_records is not None:
+            return ReadMaxRows(self.opts.max_records)
+        if self.opts.max_bytes is not None:
+            return ReadMaxBytes(self.opts.max_bytes)
+        if self.opts.min_records is not None:
+            return ReadMinRows(self.opts.min_records)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {u.segment: (u.cap if u.cap else self.planner.gate(u.segment, BEFORE,
+                                                                             u.lac))
+                        for u in self._units()}
+
+    def stop(self) -> None:
+        if self._planner is not None:
+            self._planner.close()
+            self._planner = None
+
+
+class PulsarTxnBatchReader(DataSourceReader):
+    """A batch query's rows are fixed when Spark plans it: each segment ends at its gate
+    then (or at ``endingOffsets``), so writes committed while the job runs never leak
+    into part of its result."""
+
+    def __init__(self, options) -> None:
+        self.opts = SourceOptions.from_options(options, batch=True)
+
+    def partitions(self) -> list[SegmentPartition]:
+        planner = Planner(self.opts)
+        try:
+            s = self.opts.starting
+            if s == "latest":
+                raise ConfigError("option 'startingOffsets' cannot be 'latest' in a batch query")
+            ts = self.opts.starting_timestamp_ms
+            e = self.opts.ending
+
+            def first(seg: str) -> Pos:
+                return (s.get(seg, BEFORE) if isinstance(s, dict) else
+                        planner.before_time(seg, ts) if ts is not None else BEFORE)
+
+            start: dict[str, Pos] = {}
+            end: dict[str, Pos] = {}
+            # A scalable topic's child joins once its parents are planned to their end:
+            # iterate to the fixpoint, so the snapshot never holds a key's later rows
+            # (in a child) without its earlier ones (in a parent).
+            while True:
+                units = [u for u in planner.units({**start, **end}) if u.segment not in end]
+                if not units:
+                    break
+                for u in units:
+                    start[u.segment] = first(u.segment)
+                    if u.hold:
+                        end[u.segment] = start[u.segment]
+                        continue
+                    if isinstance(e, dict) and u.segment in e:
+                        # as given (Kafka's semantics: a missing range is data loss);
+                        # READ_COMMITTED still holds: executors wait for OPEN outcomes
+                        end[u.segment] = e[u.segment]
+                        continue
+                    g = planner.gate(u.segment, start[u.segment], u.lac)
+                    end[u.segment] = min(g, u.cap) if u.cap else g
+            return plan_partitions(to_offset(start), to_offset(end), self.opts.min_partitions,
+                                   planner.first_entry, planner.topic_of)
+        finally:
+            planner.close()
+
+    def read(self, partition):
+        return read_partition(self.opts, partition)

@@ -93,7 +93,7 @@ def run(services: Services, reps: int) -> dict:
 
 def _keys_for(lay) -> list[str]:
     """One key per segment, found by hashing candidates (routing is by key hash)."""
-    from pulsar_txn.dag import key_hash
+    from pulsar_txn.scalable.dag import key_hash
 
     want = {s.id: None for s in lay.active()}
     n = 0

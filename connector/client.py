@@ -23,13 +23,13 @@ from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.buffer import TransactionBuffer
 from pulsar_txn.connection import naming, quiet_logger
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
-from pulsar_txn.dag import is_scalable
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore import open_store
 from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Consumer, Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
 from pulsar_txn.scalable.admin import ScalableTopics
+from pulsar_txn.scalable.dag import is_scalable
 from pulsar_txn.scalable.producer import ScalableProducer
 from pulsar_txn.scalable.reader import ScalableReader
 from pulsar_txn.topics import normalize_topic

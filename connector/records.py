@@ -44,9 +44,6 @@ class Position:
         """Fixed-width hex (32 chars) so the store's lexicographic order is numeric order."""
         return f"{self.ledger:016x}{self.entry:016x}"
 
-    def encode_ack(self) -> str:
-        return f"{self.encode()}:{self.batch}" if self.batch >= 0 else self.encode()
-
     @classmethod
     def decode(cls, s: str) -> Position:
         base, _, batch = s.partition(":")

@@ -1,22 +1,13 @@
-"""Topic names and positions as text: normalization shared by the client API, the
-CLI and Spark, and the partition a key routes to. No broker I/O here (that is
+"""Topic names: normalization shared by the client API, the CLI and Spark, and the
+partition a key routes to. No broker I/O here (that is
 ``broker_io``), so the options parser can check names without a connection."""
 
 from __future__ import annotations
 
 import re
 
-# TEMPORARY while the Spark wing moves: its imports of broker I/O still name this module.
-from pulsar_txn.broker_io import (  # noqa: F401, E402
-    DataLoss,
-    last_entry,
-    last_entry_strict,
-    partitions_of,
-    scan,
-)
-from pulsar_txn.dag import is_scalable, murmur3_32, normalize_scalable
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.records import WHOLE_ENTRY  # noqa: F401  (re-exported: range ends use it)
+from pulsar_txn.scalable.dag import is_scalable, murmur3_32, normalize_scalable
 
 _NAMED = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's rule for tenants and namespaces
 

@@ -12,9 +12,9 @@ import uuid
 import pytest
 
 from pulsar_txn.client import read_all
-from pulsar_txn.dag import key_hash
 from pulsar_txn.errors import ReadTimeout
 from pulsar_txn.records import BEFORE_EARLIEST
+from pulsar_txn.scalable.dag import key_hash
 
 KEYS = [f"k{i}" for i in range(8)]
 

@@ -236,7 +236,7 @@ def test_reader_finishes_a_seal_whose_admin_stopped_half_way(sclient, scalable_n
     p = sclient.create_producer(scalable_name)
     for seq in range(3):
         p.send(f"k:{seq}".encode(), key="k")
-    from pulsar_txn.dag import plan_split
+    from pulsar_txn.scalable.dag import plan_split
 
     parents, kids = plan_split(lay, 0, 1)
     for k in kids:
@@ -268,7 +268,7 @@ def test_keys_route_by_upstreams_rule_and_old_layouts_keep_theirs(sclient, make_
     """New layouts record Murmur3_32(key) >>> 16 (upstream's v5 client rule) and route by
     it; a layout created before the function was recorded keeps CRC-32, so its keys
     stay in the segments they were written to (migration is explicit: a new topic)."""
-    from pulsar_txn.dag import key_hash, murmur3_32
+    from pulsar_txn.scalable.dag import key_hash, murmur3_32
 
     keys = [f"key-{i}" for i in range(40)]
     lay = sclient.scalable.create(scalable_name, segments=4)

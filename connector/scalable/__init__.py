@@ -2,7 +2,7 @@
 
 The modules, by role (imports point down this list):
 
-- ``pulsar_txn.dag``: the pure DAG — segments, key ranges, routing, split and
+- ``pulsar_txn.scalable.dag``: the pure DAG — segments, key ranges, routing, split and
   merge plans, and the one admission rule (``Layout.admissible``);
 - ``admin``: ``ScalableTopics`` — create, split, merge, seal, describe, and the
   watched layout cache producers and readers follow;
@@ -23,8 +23,8 @@ _EXPORTS = {
     "count_backing_entries": "pulsar_txn.scalable.admin",
     "ScalableProducer": "pulsar_txn.scalable.producer",
     "ScalableReader": "pulsar_txn.scalable.reader",
-    "is_scalable": "pulsar_txn.dag",
-    "normalize_scalable": "pulsar_txn.dag",
+    "is_scalable": "pulsar_txn.scalable.dag",
+    "normalize_scalable": "pulsar_txn.scalable.dag",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -42,7 +42,10 @@ from pulsar_txn.admin import (
     native_scalable_topic,
 )
 from pulsar_txn.broker_io import ProbeFailed, last_entry, last_entry_strict, scan
-from pulsar_txn.dag import (
+from pulsar_txn.errors import ConfigError, PulsarTxnError, SegmentSealed, TopicNotFound
+from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
+from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY
+from pulsar_txn.scalable.dag import (
     DEFAULT_HASH,
     Layout,
     Segment,
@@ -52,9 +55,6 @@ from pulsar_txn.dag import (
     plan_merge,
     plan_split,
 )
-from pulsar_txn.errors import ConfigError, PulsarTxnError, SegmentSealed, TopicNotFound
-from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
-from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.dag import Layout, Segment, key_hash, normalize_scalable
 from pulsar_txn.errors import PulsarTxnError, SegmentSealed
 from pulsar_txn.producer import send_kw, user_props
 from pulsar_txn.scalable.admin import ScalableTopics
+from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalable
 from pulsar_txn.transaction import Transaction
 from pulsar_txn.writer import WriterRun
 

@@ -6,11 +6,11 @@ import logging
 import time
 
 from pulsar_txn.broker_io import last_entry_strict
-from pulsar_txn.dag import Segment, normalize_scalable
 from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout
 from pulsar_txn.readers import Reader, ReadSide
 from pulsar_txn.records import BEFORE_EARLIEST, Position
 from pulsar_txn.scalable.admin import ScalableTopics
+from pulsar_txn.scalable.dag import Segment, normalize_scalable
 
 log = logging.getLogger(__name__)
 

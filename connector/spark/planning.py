@@ -144,9 +144,7 @@ class Planner:
             lay = self.layout(name)
             done = {s.id for s in lay.segments.values()
                     if complete(s, cur.get(s.backing, BEFORE))}
-            for s in lay.read_order():
-                if s.id in done or not all(p in done for p in s.parents):
-                    continue
+            for s in lay.admissible(done):
                 if not s.active and s.end is None:
                     out.append(Unit(name, s.backing, hold=True))
                     self._complete_seals(name)

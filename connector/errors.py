@@ -139,3 +139,25 @@ class AdminError(PulsarTxnError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class AppendFailed(PulsarTxnError):
+    """Appends of a writer-run or a task were refused or never acknowledged: the
+    transaction (or the Spark task's batch) must not commit them."""
+
+
+class LayoutContention(PulsarTxnError):
+    """A scalable topic's layout kept changing under a split, merge or route."""
+
+    retriable = True
+
+
+class SinkBatchMismatch(PulsarTxnError):
+    """A Spark sink batch's tasks reported different transactions: the batch fails."""
+
+
+class SweeperAbsent(PulsarTxnError):
+    """An OPEN transaction outlived its deadline plus a sweep's grace: no process
+    is running the timeout sweep for its deployment."""
+
+    retriable = True

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.errors import PulsarTxnError, SegmentSealed
+from pulsar_txn.errors import AppendFailed, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, Position, TxnId
 
@@ -214,5 +214,5 @@ class WriterRun:
             if not self._done.wait_for(lambda: self._outstanding == 0, timeout=timeout_s):
                 self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
         if self.errors:
-            raise PulsarTxnError(f"transaction {self.txn_id}: {len(self.errors)} appends to "
+            raise AppendFailed(f"transaction {self.txn_id}: {len(self.errors)} appends to "
                                  f"{self.segment} failed: {self.errors[0]}")

@@ -42,7 +42,13 @@ from pulsar_txn.admin import (
     native_scalable_topic,
 )
 from pulsar_txn.broker_io import ProbeFailed, last_entry, last_entry_strict, scan
-from pulsar_txn.errors import ConfigError, PulsarTxnError, SegmentSealed, TopicNotFound
+from pulsar_txn.errors import (
+    ConfigError,
+    LayoutContention,
+    PulsarTxnError,
+    SegmentSealed,
+    TopicNotFound,
+)
 from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
 from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY
 from pulsar_txn.scalable.dag import (
@@ -244,7 +250,7 @@ class ScalableTopics:
                 raise TopicNotFound(f"scalable topic topic://{topic} does not exist")
             # STALE: another admin changed the layout first; plan again on the new one
         else:
-            raise PulsarTxnError(f"topic://{topic}: the layout kept changing; try again")
+            raise LayoutContention(f"topic://{topic}: the layout kept changing; try again")
         return self.complete_seals(topic)
 
     def complete_seals(self, name: str, wait: bool = True) -> Layout:

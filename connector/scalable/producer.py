@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.errors import PulsarTxnError, SegmentSealed
+from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed
 from pulsar_txn.producer import send_kw, user_props
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalable
@@ -128,7 +128,7 @@ class ScalableProducer:
         with self._cond:
             if not self._cond.wait_for(
                     lambda: all(p.result is not None for p in sub.inflight), 120):
-                raise PulsarTxnError(f"{self.name}: sends to sealed segment {sub.segment_id} "
+                raise AppendFailed(f"{self.name}: sends to sealed segment {sub.segment_id} "
                                      "unresolved after 120 s; not re-routed")
             refused = [p for p in sub.inflight if p.result == pulsar.Result.TopicTerminated]
             sub.inflight.clear()
@@ -155,7 +155,8 @@ class ScalableProducer:
             except (SegmentSealed, pulsar.TopicTerminated):
                 # the seal CAS precedes every refusal: a fresh read shows the new layout
                 self._refused = True
-        raise PulsarTxnError(f"{self.name}: could not route a message after 100 layout changes")
+        raise LayoutContention(f"{self.name}: could not route a message after 100 layout "
+                               "changes")
 
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn=None, event_time_ms: int | None = None):
@@ -206,7 +207,7 @@ class ScalableProducer:
                 except BaseException:
                     self._forget(sub, pending)  # never left unresolved: flush would hang
                     raise
-            raise PulsarTxnError(f"{self.name}: could not route a message")
+            raise LayoutContention(f"{self.name}: could not route a message")
 
     def _forget(self, sub: _SegmentProducer, pending: _Pending) -> None:
         with self._cond:
@@ -237,7 +238,7 @@ class ScalableProducer:
                 for sub in self._subs.values():
                     if not self._cond.wait_for(
                             lambda s=sub: all(p.result is not None for p in s.inflight), 120):
-                        raise PulsarTxnError(f"{self.name}: sends to segment "
+                        raise AppendFailed(f"{self.name}: sends to segment "
                                              f"{sub.segment_id} unresolved after 120 s")
                     while sub.inflight and sub.inflight[0].result is not None and \
                             sub.inflight[0].result != pulsar.Result.TopicTerminated:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pulsar_txn.broker_io import scan
 from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
 from pulsar_txn.connection import naming
-from pulsar_txn.errors import InvalidTxnId, PulsarTxnError
+from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
 from pulsar_txn.spark import configure_logging
 
@@ -76,7 +76,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
             header = store.get_header(txn)
             left = 0.0 if header is None else (header.deadline_ms - store.server_time_ms()) / 1000
             if not tb.wait_for_outcome(txn, max(left, 0.0) + _OUTCOME_GRACE_S):
-                raise PulsarTxnError(f"{part.segment}: {txn} is still OPEN below the gate "
+                raise SweeperAbsent(f"{part.segment}: {txn} is still OPEN below the gate "
                                      f"{_OUTCOME_GRACE_S:.0f} s after its deadline; is any "
                                      "sweeper running?")
 

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from pulsar_txn.connection import check_reachable
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import InvalidTxnTransition, PulsarTxnError, SinkFenced
+from pulsar_txn.errors import InvalidTxnTransition, SinkBatchMismatch, SinkFenced
 from pulsar_txn.metastore import open_store
 from pulsar_txn.records import SinkBatch, TxnId, sink_owner
 from pulsar_txn.topics import normalize_any
@@ -95,7 +95,7 @@ class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
                      sink_id, batch_id)
             return
         if len(txns) != 1 or any(m.already_committed for m in msgs):
-            raise PulsarTxnError(f"sink {sink_id} batch {batch_id}: tasks reported "
+            raise SinkBatchMismatch(f"sink {sink_id} batch {batch_id}: tasks reported "
                                  f"different transactions {sorted(txns)}; failing the batch")
         txn_id = TxnId.parse(txns.pop())
         faults.at_commit(self.opts, "before", batch_id)

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import ConfigError, PulsarTxnError
+from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.producer import ScalableProducer
@@ -112,7 +112,7 @@ class _PlainRun:
     def flush(self) -> None:
         self.producer.flush()
         if self.errors:
-            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+            raise AppendFailed(f"{len(self.errors)} appends failed: {self.errors[0]}")
 
 
 class _ScalableWrites:
@@ -150,7 +150,7 @@ class _ScalableWrites:
         if self.txn is not None:
             self.txn.flush()
         if self.errors:
-            raise PulsarTxnError(f"{len(self.errors)} appends failed: {self.errors[0]}")
+            raise AppendFailed(f"{len(self.errors)} appends failed: {self.errors[0]}")
         return sorted(self.txn.segments) if self.txn is not None else [
             s.backing for p in self.producers.values() for s in p.layout.segments.values()]
 
@@ -193,7 +193,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
     txn = None
     if txn_id is not None:  # the batch's transaction: the driver ends it, never a task
         if store.get_header(txn_id) is None:
-            raise PulsarTxnError(f"transaction {txn_id} not found")
+            raise TxnNotFound(f"transaction {txn_id} not found")
         txn = Transaction.join(store, txn_id)
     producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,

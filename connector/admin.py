@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_txn.errors import AdminError, ConfigError
+from pulsar_txn.metastore.redis_url import redact_url
 
 
 def admin_topic_path(topic: str) -> str:
@@ -89,8 +90,6 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
         detail = e.read().decode(errors="replace")[:500]
         raise AdminError(f"{method} {path}: HTTP {e.code}: {detail}", e.code) from None
     except (urllib.error.URLError, OSError) as e:
-        from pulsar_txn.metastore.redis_store import redact_url
-
         raise AdminError(f"{method} {redact_url(admin_url)}{path}: {e}") from None
     return json.loads(body) if body.strip() else None
 

@@ -15,6 +15,7 @@ import pulsar
 
 from pulsar_txn.admin import AdminAuth
 from pulsar_txn.errors import BrokerUnavailable, ConfigError
+from pulsar_txn.metastore.redis_url import redact_url
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -25,8 +26,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 def shown_url(url: str) -> str:
-    from pulsar_txn.metastore.redis_store import redact_url
-
     return redact_url(url)
 
 

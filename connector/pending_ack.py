@@ -19,25 +19,26 @@ from collections.abc import Callable, Sequence
 
 from pulsar_txn.errors import AckConflict, PulsarTxnError
 from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.metastore.keys import (
+    CUM,
+    TOMB,
+    TRIMMED,
+    AckRecord,
+    Claims,
+    ack_key,
+    ack_position,
+    check_subscription,
+    claimed_fields,
+)
 from pulsar_txn.records import Position, TxnId
 from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
 
-CUM = "~cum"
-TOMB = "~tomb"  # the highest committed cumulative ack: "txn|position"
-TRIMMED = "~trimmed"  # tombstones at or below it were dropped; claims there conflict
-
-
-def ack_key(p: Position) -> str:
-    """Lexicographic key of one message: entry, then batch index (-1 = whole entry)."""
-    return f"{p.encode()}:{'ffffffff' if p.batch < 0 else format(p.batch, '08x')}"
-
-
-def ack_position(key: str) -> Position:
-    base, _, batch = key.partition(":")
-    b = -1 if batch in ("", "ffffffff") else int(batch, 16)
-    return Position(int(base[:16], 16), int(base[16:32], 16), b)
+# The claim-table encodings are the store's (metastore/keys.py); the names stay
+# importable here for the tests and readers that used them from this module.
+__all__ = ["CUM", "TOMB", "TRIM_INTERVAL_S", "TRIMMED", "ApplyFn", "CursorFn", "PendingAckStore",
+           "ack_key", "ack_position"]
 
 
 # apply(positions, cumulative) acknowledges on the Pulsar subscription;
@@ -54,8 +55,7 @@ class PendingAckStore:
     def __init__(self, store: MetadataStore, segment: str, subscription: str,
                  apply: ApplyFn, redeliver: Callable[[list[Position]], None] | None = None,
                  cursor: CursorFn | None = None) -> None:
-        if "|" in subscription:
-            raise ValueError(f"subscription {subscription!r} must not contain '|'")
+        check_subscription(subscription)
         self.store = store
         self.segment = segment
         self.subscription = subscription
@@ -83,7 +83,7 @@ class PendingAckStore:
             self.store.record_acks(txn_id, self.segment, self.subscription, keys, cumulative)
         except PulsarTxnError:
             self.store.release_acks(txn_id, self.segment, self.subscription,
-                                    [CUM] if cumulative else keys)
+                                    claimed_fields(keys, cumulative))
             raise
         with self._lock:
             self._pending.setdefault(txn_id, []).append((list(positions), cumulative))
@@ -122,23 +122,28 @@ class PendingAckStore:
             if self._redeliver and local:
                 self._redeliver([p for ps, cum in local if not cum for p in ps])
 
-    def _apply_committed(self, txn_id: TxnId, recovering: bool = False) -> None:
+    def _record(self, txn_id: TxnId) -> AckRecord | None:
+        """``txn_id``'s acks here (None: it recorded none)."""
         rec = self.store.list_acks(txn_id).get((self.segment, self.subscription))
+        return None if rec is None else AckRecord.decode(rec)
+
+    def _apply_committed(self, txn_id: TxnId, recovering: bool = False) -> None:
+        rec = self._record(txn_id)
         if rec is None:  # claimed, never recorded: the txn did not ack them
             self.store.release_acks(txn_id, self.segment, self.subscription)
             return
-        if rec.get("applied"):
+        if rec.applied:
             self._settle(txn_id, rec)
             return
-        ind = [ack_position(k) for k in rec.get("ind", [])]
+        ind = [ack_position(k) for k in rec.individual]
         if ind:
             self._apply(ind, False)
-        if rec.get("cum"):
-            self._apply([ack_position(rec["cum"])], True)
+        if rec.cumulative:
+            self._apply([ack_position(rec.cumulative)], True)
         if recovering:
             self.recovered_acks.update(ind)
-            if rec.get("cum"):
-                cum = ack_position(rec["cum"])
+            if rec.cumulative:
+                cum = ack_position(rec.cumulative)
                 if self.recovered_cumulative is None or cum > self.recovered_cumulative:
                     self.recovered_cumulative = cum
         # Tombstones before the mark: GC collects a committed header only once every
@@ -149,9 +154,9 @@ class PendingAckStore:
         self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
         self._trim_if_due()
 
-    def _settle(self, txn_id: TxnId, rec: dict) -> None:
+    def _settle(self, txn_id: TxnId, rec: AckRecord) -> None:
         """Tombstone the recorded acks; release any claim the txn never recorded."""
-        acked = list(rec.get("ind", [])) + ([CUM] if rec.get("cum") else [])
+        acked = rec.claimed_fields()
         if acked:
             self.store.release_acks(txn_id, self.segment, self.subscription, acked,
                                     committed=True)
@@ -160,17 +165,16 @@ class PendingAckStore:
     # ---- Tombstone trimming ----
     def trim(self) -> int:
         """Drop tombstones of messages that can no longer be delivered: at or below the
-        committed cumulative ack ('~tomb' stays the conflict for them), or behind the
+        committed cumulative ack (which stays the conflict for them), or behind the
         subscription's cursor on the broker. A holder whose ack record is not marked
         applied keeps its tombstones (recovery finds it through them). Returns the
         number dropped."""
-        claims = self.store.list_claims(self.segment, self.subscription)
-        horizon = claims.get(TOMB, "|").split("|", 1)[1]
+        claims = Claims.decode(self.store.list_claims(self.segment, self.subscription))
+        horizon = claims.committed_horizon
         cursor = self._cursor() if self._cursor else None
         if cursor is not None:
             horizon = max(horizon, ack_key(Position(cursor.ledger, cursor.entry, -1)))
-        below = [(k, v[1:]) for k, v in claims.items()
-                 if v.startswith("=") and not k.startswith("~") and k <= horizon]
+        below = [(k, h) for k, h in claims.tombstones.items() if k <= horizon]
         if not below:
             return 0
         done = self._holders_done({TxnId.parse(h) for _, h in below})
@@ -194,8 +198,8 @@ class PendingAckStore:
             elif h.state is TxnState.COMMITTED and h.open_ack_records == 0:
                 done.add(str(t))
             elif h.state is TxnState.COMMITTED:
-                rec = self.store.list_acks(t).get((self.segment, self.subscription))
-                if rec is None or rec.get("applied"):
+                rec = self._record(t)
+                if rec is None or rec.applied:
                     done.add(str(t))
         if gone:
             done.update(str(t) for t in self.store.collected(gone))
@@ -228,27 +232,21 @@ class PendingAckStore:
     def recover(self) -> dict[str, int]:
         """After a crash: finish the materialization of every ended holder of a claim,
         and the mark of every committed holder whose claims are tombstones already."""
-        claims = self.store.list_claims(self.segment, self.subscription)
-        holders, settled = set(), set()
-        for k, v in claims.items():
-            if k == TRIMMED:
-                continue
-            if k == TOMB:
-                settled.add(v.split("|", 1)[0])
-            elif k == CUM:
-                holders.add(v.split("|", 1)[0])
-            elif v.startswith("="):
-                settled.add(v[1:])
-            else:
-                holders.add(v)
+        claims = Claims.decode(self.store.list_claims(self.segment, self.subscription))
+        holders = set(claims.live.values())
+        settled = set(claims.tombstones.values())
+        if claims.cumulative:
+            holders.add(claims.cumulative[0])
+        if claims.committed:
+            settled.add(claims.committed[0])
         ids = [TxnId.parse(h) for h in holders | settled]
         headers = self.store.get_headers(ids) if ids else {}
         stats = {"applied": 0, "released": 0, "open": 0}
         for t, h in headers.items():
             if str(t) in settled and str(t) not in holders:
                 if h is not None and h.open_ack_records > 0:
-                    rec = self.store.list_acks(t).get((self.segment, self.subscription))
-                    if rec is not None and not rec.get("applied"):
+                    rec = self._record(t)
+                    if rec is not None and not rec.applied:
                         self.store.mark_acks_applied(t, self.segment, self.subscription)
                 continue
             if h is None or h.state is TxnState.ABORTED:

@@ -206,7 +206,7 @@ def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commi
     """A holder whose claims became tombstones but which crashed before marking its ack
     record applied is found by recovery through its tombstones, also after another txn
     committed a cumulative ack above them (else its header could never be collected)."""
-    from pulsar_txn.pending_ack import ack_key
+    from pulsar_txn.metastore.keys import ack_key
 
     t = topic_name()
     client = make_client()
@@ -253,7 +253,7 @@ def _consumer_switch(make_client, t, n):
 def _settle_elsewhere(client, consumer, txn, positions, cumulative=False):
     """The holder's consumer applied its ack and turned its claim into a tombstone
     (what ``commit`` does), but the broker switched consumers before the ack landed."""
-    from pulsar_txn.pending_ack import CUM, ack_key
+    from pulsar_txn.metastore.keys import CUM, ack_key
 
     client.coordinator.commit(txn.id)
     keys = [CUM] if cumulative else [ack_key(p) for p in positions]
@@ -347,7 +347,7 @@ def test_tombstones_of_unmarked_holders_survive_trimming(make_client, topic_name
     """A tombstone is its holder's trace until its ack record is marked applied:
     trimming must keep it (else recovery cannot find the holder, and its header is
     never collected)."""
-    from pulsar_txn.pending_ack import ack_key
+    from pulsar_txn.metastore.keys import ack_key
 
     t = topic_name()
     client = make_client()

@@ -1,4 +1,6 @@
-"""Every Redis key the project uses is built here.
+"""Every Redis key the project uses is built here, and every encoding of what the
+scripts store inside those keys (members, fields, values): the store's users deal
+in positions, ids and typed records, never in ``~cum`` or ``seq|writer``.
 
 Slot layout (Redis Cluster): all records of one transaction *and* every
 per-partition index that its scripts update carry the hash tag ``{<ns>:<p>}``,
@@ -16,13 +18,12 @@ event stream, one slot per topic ``{<ns>:st:<topic>}``, so a split or merge
 
 from __future__ import annotations
 
-POSITION_WIDTH = 16  # hex digits per ledgerId / entryId: lexicographic == numeric
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pulsar_txn.records import Position
+
 SEP = "|"
-
-
-def long_key(n: int) -> str:
-    """Fixed-width hex so that lexicographic order equals numeric order (>= 0)."""
-    return format(n, f"0{POSITION_WIDTH}x")
 
 
 class Keys:
@@ -57,6 +58,10 @@ class Keys:
     def open_writes(self, p: int, segment: str) -> str:
         """Sorted set (lex) of OPEN writes on a segment: ``pos|seq|writer``."""
         return f"{self.tag(p)}:ow:{segment}"
+
+    def open_writes_segment(self, p: int, key: str) -> str:
+        """The segment an open-write index key of partition ``p`` is for (a scan's find)."""
+        return key[len(self.open_writes(p, "")):]
 
     def aborted_writers(self, p: int, segment: str) -> str:
         """Set of ``seq|writer`` whose entries on the segment must never show (H2)."""
@@ -110,6 +115,10 @@ class Keys:
         In the partition of the sink's transactions, so the commit CAS advances it."""
         return f"{self.tag(p)}:sink:{sink_id}"
 
+    def sink_id(self, p: int, key: str) -> str:
+        """The sink a progress key of partition ``p`` is for (a scan's find)."""
+        return key[len(self.sink(p, "")):]
+
     # ---- scalable topic slot ``{ns:st:<tenant/ns/name>}`` ----
     def topic_tag(self, topic: str) -> str:
         return f"{{{self.ns}:st:{topic}}}"
@@ -128,3 +137,165 @@ class Keys:
     # ---- pending-ack slot, one per (segment, subscription) ----
     def ack_claims(self, segment: str, subscription: str) -> str:
         return f"{{{self.ns}:pa:{segment}{SEP}{subscription}}}"
+
+
+# ---- write records and open-write indexes ----
+# Why text and not scores: the sorted sets are ordered by member (lex), because a
+# position needs 128 bits and a double score is exact only to 2**53.
+
+PENDING = "!"  # the position of a registered writer-run that has not appended yet
+# lex ranges of an open-write index: '!' sorts before '"' and every hex digit after it
+PENDING_WRITES = ("[!", '("')
+POSITIONED_WRITES = ("[0", "+")
+
+
+def record_field(segment: str, name: str) -> str:
+    """The field of a write record (``segment|writer``) or an ack record
+    (``segment|subscription``) in its transaction's hash."""
+    return f"{segment}{SEP}{name}"
+
+
+def split_record_field(field: str) -> tuple[str, str]:
+    seg, _, rest = field.rpartition(SEP)
+    return seg, rest
+
+
+def decode_write_span(value: str) -> tuple[Position | None, Position | None]:
+    """A write record's value ``first,last`` (either empty while unknown)."""
+    first, _, last = value.partition(",")
+    return (Position.decode(first) if first else None,
+            Position.decode(last) if last else None)
+
+
+def decode_open_write(member: str) -> tuple[Position | None, int, str]:
+    """An open-write member ``pos|seq|writer`` as (first position or None while
+    pending, txn seq, writer)."""
+    pos, seq, writer = member.split(SEP)
+    return (None if pos == PENDING else Position.decode(pos)), int(seq), writer
+
+
+def open_write_seq(member: str) -> int:
+    return int(member.split(SEP, 2)[1])
+
+
+def is_pending_write(member: str) -> bool:
+    return member.startswith(PENDING)
+
+
+def writer_member(seq: int, writer: str) -> str:
+    """A member of an aborted-writer set: one writer-run of one transaction."""
+    return f"{seq}{SEP}{writer}"
+
+
+def decode_gap(member: str) -> tuple[int, int]:
+    """A range of possibly lost ids, ``first:last`` (both included)."""
+    first, _, last = member.partition(":")
+    return int(first), int(last)
+
+
+# ---- scalable topic DAG ----
+SEGMENT_FIELD = "seg:"  # DAG field prefix of a segment's descriptor
+
+
+def segment_field(segment_id: int) -> str:
+    return f"{SEGMENT_FIELD}{segment_id}"
+
+
+def segment_of_field(field: str) -> int | None:
+    """The segment id a DAG field holds the descriptor of (None: not a segment)."""
+    return int(field[len(SEGMENT_FIELD):]) if field.startswith(SEGMENT_FIELD) else None
+
+
+# ---- pending-ack claim tables ----
+# A table maps a message (its ack key) to its holder's txn id, or to ``=<txn>`` once
+# the holder committed (a tombstone); three more fields hold what is not one message.
+CUM = "~cum"          # a live cumulative claim: "txn|ack key"
+TOMB = "~tomb"        # the highest committed cumulative ack: "txn|ack key"
+TRIMMED = "~trimmed"  # tombstones at or below this ack key were dropped; claims there conflict
+TOMBSTONE = "="
+
+
+def check_subscription(subscription: str) -> None:
+    """A subscription is part of a claim table's key and an ack record's field."""
+    if SEP in subscription:
+        raise ValueError(f"subscription {subscription!r} must not contain '{SEP}'")
+
+
+def ack_key(p: Position) -> str:
+    """Lexicographic key of one message: entry, then batch index (-1 = whole entry,
+    after every batch index of the entry: a whole-entry ack covers them)."""
+    return f"{p.encode()}:{'ffffffff' if p.batch < 0 else format(p.batch, '08x')}"
+
+
+def ack_position(key: str) -> Position:
+    base, _, batch = key.partition(":")
+    b = -1 if batch in ("", "ffffffff") else int(batch, 16)
+    return Position(int(base[:16], 16), int(base[16:32], 16), b)
+
+
+def claimed_fields(keys: Iterable[str], cumulative: bool) -> list[str]:
+    """The claim-table fields an ack of these ack keys holds: a cumulative ack holds
+    the one cumulative claim, whatever its position."""
+    return [CUM] if cumulative else list(keys)
+
+
+def tombstone_arg(key: str, holder: str) -> str:
+    """A tombstone to trim, as trim_acks.lua takes it: ``ack key|holder``."""
+    return f"{key}{SEP}{holder}"
+
+
+@dataclass(frozen=True)
+class Claims:
+    """A claim table as ``list_claims`` reads it, decoded (holders as txn id text)."""
+
+    live: dict[str, str]          # ack key -> holder of a live individual claim
+    tombstones: dict[str, str]    # ack key -> holder whose committed ack it is
+    cumulative: tuple[str, str] | None = None  # (holder, ack key): the live cumulative claim
+    committed: tuple[str, str] | None = None   # (holder, ack key): highest committed cumulative
+    trimmed: str | None = None
+
+    @property
+    def committed_horizon(self) -> str:
+        """The ack key every later claim at or below conflicts with ('' = none)."""
+        return self.committed[1] if self.committed else ""
+
+    @classmethod
+    def decode(cls, table: Mapping[str, str]) -> Claims:
+        live, tombstones = {}, {}
+        cum = tomb = None
+        for k, v in table.items():
+            if k == CUM:
+                cum = _holder_and_key(v)
+            elif k == TOMB:
+                tomb = _holder_and_key(v)
+            elif k == TRIMMED:
+                continue
+            elif v.startswith(TOMBSTONE):
+                tombstones[k] = v[len(TOMBSTONE):]
+            else:
+                live[k] = v
+        return cls(live, tombstones, cum, tomb, table.get(TRIMMED))
+
+
+def _holder_and_key(value: str) -> tuple[str, str]:
+    holder, _, key = value.partition(SEP)
+    return holder, key
+
+
+@dataclass(frozen=True)
+class AckRecord:
+    """A transaction's acks on one (segment, subscription), as ``list_acks`` reads it."""
+
+    individual: tuple[str, ...]  # ack keys
+    cumulative: str              # ack key ('' = none)
+    applied: bool                # reached the subscription's cursor
+
+    @classmethod
+    def decode(cls, rec: Mapping) -> AckRecord:
+        ind = rec.get("ind") or ()
+        return cls(tuple(ind) if isinstance(ind, (list, tuple)) else (),
+                   rec.get("cum") or "", bool(rec.get("applied")))
+
+    def claimed_fields(self) -> list[str]:
+        """The claim-table fields its acks hold (what commit turns into tombstones)."""
+        return list(self.individual) + ([CUM] if self.cumulative else [])

@@ -32,3 +32,37 @@ def test_every_script_has_a_shebang_and_documents_its_keys():
         text = f.read_text()
         assert text.startswith("#!lua\n"), f.name
         assert "KEYS[1]" in text and "returns" in text, f.name
+
+
+def test_member_encodings_round_trip():
+    from pulsar_txn.metastore import keys
+    from pulsar_txn.records import Position
+
+    p = Position(3, 9)
+    assert keys.decode_open_write(f"{p.encode()}|42|w-1") == (p, 42, "w-1")
+    assert keys.decode_open_write(f"{keys.PENDING}|42|w-1") == (None, 42, "w-1")
+    assert keys.open_write_seq(f"{keys.PENDING}|42|w-1") == 42
+    assert keys.split_record_field(keys.record_field("persistent://t/n/a", "w")) == (
+        "persistent://t/n/a", "w")
+    assert keys.decode_write_span(f"{p.encode()},") == (p, None)
+    assert keys.decode_gap("10:20") == (10, 20)
+    assert keys.segment_of_field(keys.segment_field(7)) == 7
+    assert keys.segment_of_field("epoch") is None
+    k = keys.Keys("prod", 16)
+    assert k.open_writes_segment(3, k.open_writes(3, "persistent://t/n/a")) == "persistent://t/n/a"
+    assert k.sink_id(3, k.sink(3, "q-1")) == "q-1"
+
+
+def test_claim_tables_and_ack_records_decode():
+    from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, AckRecord, Claims
+
+    claims = Claims.decode({"a": "v5:1:2", "b": "=v5:1:3", CUM: "v5:1:4|c",
+                            TOMB: "v5:1:5|d", TRIMMED: "e"})
+    assert claims.live == {"a": "v5:1:2"} and claims.tombstones == {"b": "v5:1:3"}
+    assert claims.cumulative == ("v5:1:4", "c") and claims.committed == ("v5:1:5", "d")
+    assert claims.trimmed == "e" and claims.committed_horizon == "d"
+    assert Claims.decode({}).committed_horizon == ""
+    rec = AckRecord.decode({"ind": ["a", "b"], "cum": "c", "applied": True})
+    assert rec == AckRecord(("a", "b"), "c", True)
+    assert rec.claimed_fields() == ["a", "b", CUM]
+    assert AckRecord.decode({"ind": {}, "cum": ""}).claimed_fields() == []  # cjson's {}

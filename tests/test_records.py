@@ -5,7 +5,7 @@ import random
 import pytest
 
 from pulsar_txn.errors import InvalidTxnId
-from pulsar_txn.pending_ack import ack_key, ack_position
+from pulsar_txn.metastore.keys import ack_key, ack_position
 from pulsar_txn.records import BEFORE_EARLIEST, Position, TxnId
 
 

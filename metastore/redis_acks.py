@@ -1,0 +1,90 @@
+"""The pending-ack methods of RedisMetadataStore: claim tables and ack records.
+
+Why apart: the claim tables live outside the transaction slots (one slot per
+(segment, subscription), keys.py), so these methods share nothing with the
+transaction scripts but the header fence of ``record_acks``; and the memory
+backend keeps the same split (memory_acks.py), so the two read side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import redis
+
+from pulsar_txn.errors import AckConflict
+from pulsar_txn.records import TxnId
+
+from .keys import Keys, record_field, split_record_field, tombstone_arg
+from .replies import raise_txn_status, translate
+from .scripts import Scripts
+
+
+class RedisAcks:
+    """Mixed into RedisMetadataStore, which provides the client and the scripts."""
+
+    r: redis.Redis
+    keys: Keys
+    scripts: Scripts
+
+    @translate
+    def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
+                   positions: Sequence[str], cumulative: bool,
+                   given: Sequence[str] = ()) -> None:
+        res = self.scripts.claim_acks(
+            keys=[self.keys.ack_claims(segment, subscription)],
+            args=[str(txn_id), "cum" if cumulative else "ind", *positions,
+                  *(given if cumulative else ())])
+        if res[0] == "CONFLICT":
+            raise AckConflict(res[1], res[2], committed=res[3] == "COMMITTED")
+
+    @translate
+    def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
+                     positions: Sequence[str] = (), committed: bool = False) -> int:
+        """Settle a holder's claims: delete them, or (``committed``) turn them into
+        tombstones that conflict with every later claim of those messages."""
+        return int(self.scripts.release_acks(
+            keys=[self.keys.ack_claims(segment, subscription)],
+            args=[str(holder), "commit" if committed else "release", *positions]))
+
+    @translate
+    def record_acks(self, txn_id: TxnId, segment: str, subscription: str,
+                    positions: Sequence[str], cumulative: bool) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        res = self.scripts.record_acks(
+            keys=[k.header(p, seq), k.acks(p, seq)],
+            args=[record_field(segment, subscription), "cum" if cumulative else "ind",
+                  *positions])
+        if res[0] != "OK":
+            raise_txn_status(txn_id, res)
+
+    @translate
+    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]:
+        raw = self.r.hgetall(self.keys.acks(txn_id.partition, txn_id.seq))
+        out = {}
+        for field, value in raw.items():
+            rec = json.loads(value)
+            if isinstance(rec.get("ind"), dict):  # cjson encodes an empty array as {}
+                rec["ind"] = []
+            out[split_record_field(field)] = rec
+        return out
+
+    @translate
+    def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
+        return self.r.hgetall(self.keys.ack_claims(segment, subscription))
+
+    @translate
+    def trim_tombstones(self, segment: str, subscription: str, horizon: str,
+                        tombstones: Sequence[tuple[str, str]]) -> int:
+        """Drop the (position, holder) tombstones at or below ``horizon`` still held by
+        that holder; the horizon stays a conflict for later claims (trim_acks.lua)."""
+        return int(self.scripts.trim_acks(
+            keys=[self.keys.ack_claims(segment, subscription)],
+            args=[horizon, *(tombstone_arg(p, h) for p, h in tombstones)]))
+
+    @translate
+    def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:
+        p, k, seq = txn_id.partition, self.keys, txn_id.seq
+        self.scripts.mark_acks_applied(keys=[k.header(p, seq), k.acks(p, seq)],
+                                       args=[record_field(segment, subscription)])

@@ -1,0 +1,96 @@
+"""The scalable-topic methods of RedisMetadataStore: one DAG per topic.
+
+Why apart: a topic's DAG and its event stream are a slot of their own
+(``{<ns>:st:<topic>}``, keys.py), touched by no transaction script; a split or a
+merge is one script there (change_layout.lua). The memory backend keeps the same
+split (memory_layouts.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+
+import redis
+
+from pulsar_txn.errors import ConfigError, TopicNotFound
+
+from .base import LayoutChange
+from .keys import Keys, segment_field, segment_of_field
+from .replies import LAYOUT, translate
+from .scripts import Scripts
+from .watch import RedisTopicWatch
+
+
+class RedisLayouts:
+    """Mixed into RedisMetadataStore, which provides the client and the scripts."""
+
+    r: redis.Redis
+    keys: Keys
+    scripts: Scripts
+    event_maxlen: int
+
+    @translate
+    def create_topic(self, topic: str, segments: Sequence[str], next_id: int,
+                     hash_fn: str = "murmur3") -> bool:
+        """Create the DAG at epoch 1 with its key hash function; False if the topic
+        already exists."""
+        k = self.keys
+        res = self.scripts.create_topic(keys=[k.topic_dag(topic), k.topic_events(topic)],
+                                        args=[self.event_maxlen, next_id, hash_fn, *segments])
+        self.r.sadd(k.topics(), topic)  # listing aid only: the DAG above is the truth
+        return res[0] == "OK"
+
+    @translate
+    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int, str] | None:
+        """(epoch, next segment id, {id: descriptor JSON}, version, key hash function)
+        in one read, or None.
+
+        The version grows with every change (split, merge, end fixed), so a cache
+        can tell the newer of two reads even within one epoch. A topic created before
+        the hash function was recorded reads as 'crc32' (what it was routed by)."""
+        raw = self.r.hgetall(self.keys.topic_dag(topic))
+        if not raw:
+            return None
+        segs = {i: v for f, v in raw.items() if (i := segment_of_field(f)) is not None}
+        return (int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0)),
+                raw.get("hash", "crc32"))
+
+    @translate
+    def get_segment(self, topic: str, segment_id: int) -> str | None:
+        return self.r.hget(self.keys.topic_dag(topic), segment_field(segment_id))
+
+    @translate
+    def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
+                      children: Sequence[str], next_id: int) -> LayoutChange:
+        """The split/merge CAS (epoch-checked)."""
+        k = self.keys
+        res = self.scripts.change_layout(
+            keys=[k.topic_dag(topic), k.topic_events(topic)],
+            args=[expected_epoch, self.event_maxlen, next_id, json.dumps(list(parents)),
+                  *children])
+        return LayoutChange(LAYOUT[res[0]], res[1] if len(res) > 1 else "")
+
+    @translate
+    def seal_end(self, topic: str, segment_id: int, end: str) -> str:
+        """Fix a sealed segment's last entry once; returns the value that stands."""
+        k = self.keys
+        res = self.scripts.seal_end(keys=[k.topic_dag(topic), k.topic_events(topic)],
+                                    args=[segment_id, end, self.event_maxlen])
+        if res[0] in ("OK", "ALREADY"):
+            return res[1]
+        if res[0] == "NOTFOUND":
+            raise TopicNotFound(f"scalable topic topic://{topic} has no segment {segment_id}")
+        raise ConfigError(f"topic://{topic}: segment {segment_id} is still ACTIVE; only a "
+                          "sealed segment's end can be fixed")
+
+    @translate
+    def list_topics(self) -> list[str]:
+        return sorted(self.r.smembers(self.keys.topics()))
+
+    def watch_topics(self, topics: Callable[[], Iterable[str]],
+                     callback: Callable[[str | None], None]) -> RedisTopicWatch:
+        """Follow the layout events of the topics ``topics()`` names (re-read each turn)."""
+        w = RedisTopicWatch(self, topics, callback)
+        w.start()
+        return w

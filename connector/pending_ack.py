@@ -20,9 +20,6 @@ from collections.abc import Callable, Sequence
 from pulsar_txn.errors import AckConflict, PulsarTxnError
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.metastore.keys import (
-    CUM,
-    TOMB,
-    TRIMMED,
     AckRecord,
     Claims,
     ack_key,
@@ -37,10 +34,6 @@ log = logging.getLogger(__name__)
 
 # The claim-table encodings are the store's (metastore/keys.py); the names stay
 # importable here for the tests and readers that used them from this module.
-__all__ = ["CUM", "TOMB", "TRIM_INTERVAL_S", "TRIMMED", "ApplyFn", "CursorFn", "PendingAckStore",
-           "ack_key", "ack_position"]
-
-
 # apply(positions, cumulative) acknowledges on the Pulsar subscription;
 # release(positions) makes the broker redeliver them (negative ack).
 ApplyFn = Callable[[list[Position], bool], None]

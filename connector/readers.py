@@ -26,7 +26,8 @@ from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
 from pulsar_txn.errors import AckConflict, ConfigError, InvalidTxnId, PulsarTxnError, ReadTimeout
 from pulsar_txn.message import TxnMessage
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.pending_ack import PendingAckStore, ack_position
+from pulsar_txn.metastore.keys import ack_position
+from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
     BEFORE_EARLIEST,
     PROP_TXN,

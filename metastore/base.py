@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pulsar_txn.records import (
     OpenWrite,
@@ -67,6 +67,17 @@ class LayoutChange:
     value: str = ""
 
 
+class LayoutRecord(NamedTuple):
+    """One consistent read of a scalable topic's DAG. ``version`` grows with every
+    change (split, merge, end fixed), so a cache can tell the newer of two reads
+    even within one epoch; ``segments``: id -> descriptor (``Segment.to_json``)."""
+    epoch: int
+    next_id: int
+    segments: dict[int, str]
+    version: int
+    hash_fn: str
+
+
 class Watch(Protocol):
     def close(self) -> None: ...
 
@@ -113,8 +124,7 @@ class MetadataStore(Protocol):
     # ---- scalable topics (segment DAG; one atomic step per change) ----
     def create_topic(self, topic: str, segments: Sequence[str], next_id: int,
                      hash_fn: str = "murmur3") -> bool: ...
-    def get_layout(self, topic: str
-                   ) -> tuple[int, int, dict[int, str], int, str] | None: ...
+    def get_layout(self, topic: str) -> LayoutRecord | None: ...
     def get_segment(self, topic: str, segment_id: int) -> str | None: ...
     def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
                       children: Sequence[str], next_id: int) -> LayoutChange: ...

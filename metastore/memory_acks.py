@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pulsar_txn.errors import AckConflict, MetastoreError
 from pulsar_txn.records import TxnId
 
+from .keys import CUM, TOMB, TRIMMED
 from .memory_state import Server
 
-CUM, TOMB, TRIMMED = "~cum", "~tomb", "~trimmed"
 TRIMMED_HOLDER = "an ack at or below the trimmed horizon"  # claim_acks.lua's text
 
 Table = dict[str, str]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pulsar_txn.errors import ConfigError, TopicNotFound
 
-from .base import LayoutChange, LayoutVerdict, SegmentState
+from .base import LayoutChange, LayoutRecord, LayoutVerdict, SegmentState
 from .memory_state import Server, Topic, decode
 from .memory_watch import MemoryTopicWatch
 
@@ -37,10 +37,11 @@ class Layouts:
             self._s.publish_topic(topic)
             return True
 
-    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int, str] | None:
+    def get_layout(self, topic: str) -> LayoutRecord | None:
         with self._s.lock:
             t = self._s.topics.get(topic)
-            return None if t is None else (t.epoch, t.next, dict(t.segs), t.version, t.hash_fn)
+            return None if t is None else LayoutRecord(t.epoch, t.next, dict(t.segs), t.version,
+                                                       t.hash_fn)
 
     def get_segment(self, topic: str, segment_id: int) -> str | None:
         with self._s.lock:

@@ -15,7 +15,7 @@ import redis
 
 from pulsar_txn.errors import ConfigError, TopicNotFound
 
-from .base import LayoutChange
+from .base import LayoutChange, LayoutRecord
 from .keys import Keys, segment_field, segment_of_field
 from .replies import LAYOUT, translate
 from .scripts import Scripts
@@ -42,19 +42,15 @@ class RedisLayouts:
         return res[0] == "OK"
 
     @translate
-    def get_layout(self, topic: str) -> tuple[int, int, dict[int, str], int, str] | None:
-        """(epoch, next segment id, {id: descriptor JSON}, version, key hash function)
-        in one read, or None.
-
-        The version grows with every change (split, merge, end fixed), so a cache
-        can tell the newer of two reads even within one epoch. A topic created before
-        the hash function was recorded reads as 'crc32' (what it was routed by)."""
+    def get_layout(self, topic: str) -> LayoutRecord | None:
+        """One read of the DAG, or None. A topic created before the hash function
+        was recorded reads as 'crc32' (what it was routed by)."""
         raw = self.r.hgetall(self.keys.topic_dag(topic))
         if not raw:
             return None
         segs = {i: v for f, v in raw.items() if (i := segment_of_field(f)) is not None}
-        return (int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0)),
-                raw.get("hash", "crc32"))
+        return LayoutRecord(int(raw["epoch"]), int(raw["next"]), segs, int(raw.get("ver", 0)),
+                            raw.get("hash", "crc32"))
 
     @translate
     def get_segment(self, topic: str, segment_id: int) -> str | None:

@@ -52,14 +52,14 @@ from .keys import (
 )
 from .redis_acks import RedisAcks
 from .redis_layouts import RedisLayouts
-from .redis_url import check_persistence, connection_pool, parse_store_url, redact_url
+from .redis_url import check_persistence, connection_pool, parse_store_url
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
 from .scripts import Scripts
 from .watch import RedisWatch
 
 # Re-exported: connector/spark/options.py still imports it from here.
-__all__ = ["DEFAULT_PARTITIONS", "RedisMetadataStore", "redact_url"]
+__all__ = ["DEFAULT_PARTITIONS", "RedisMetadataStore"]
 
 DEFAULT_PARTITIONS = 16
 SEQ_BLOCK = 64  # ids a store takes per round trip (next_txn_id hands them out locally)

@@ -29,7 +29,8 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.metastore import MemoryMetadataStore, open_store
 from pulsar_txn.metastore.base import Collected
-from pulsar_txn.pending_ack import CUM, TOMB, PendingAckStore, ack_key
+from pulsar_txn.metastore.keys import CUM, TOMB, ack_key
+from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
     PROP_DEPLOYMENT,
     PROP_TXN,

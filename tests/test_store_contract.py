@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 import pytest
 
-from pulsar_txn.dag import Segment
 from pulsar_txn.errors import (
     AckConflict,
     ConfigError,
@@ -43,8 +42,8 @@ from pulsar_txn.metastore.base import (
     MetadataStore,
     SegmentState,
 )
+from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, ack_key
 from pulsar_txn.metastore.memory_acks import TRIMMED_HOLDER
-from pulsar_txn.pending_ack import CUM, TOMB, TRIMMED, ack_key
 from pulsar_txn.records import (
     OpenWrite,
     Position,
@@ -55,6 +54,7 @@ from pulsar_txn.records import (
     partition_of,
     sink_owner,
 )
+from pulsar_txn.scalable.dag import Segment
 from pulsar_txn.state import TxnState
 
 P = 4  # partitions: few, so that txns share partitions and per-partition rules show

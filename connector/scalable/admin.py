@@ -70,9 +70,9 @@ def read_layout(store: MetadataStore, topic: str) -> Layout | None:
     raw = store.get_layout(normalize_scalable(topic))
     if raw is None:
         return None
-    epoch, _next, segs, version, hash_fn = raw
-    return Layout(normalize_scalable(topic), epoch,
-                  {i: Segment.from_json(v) for i, v in segs.items()}, version, hash_fn)
+    return Layout(normalize_scalable(topic), raw.epoch,
+                  {i: Segment.from_json(v) for i, v in raw.segments.items()}, raw.version,
+                  raw.hash_fn)
 
 
 class ScalableTopics:
@@ -237,11 +237,11 @@ class ScalableTopics:
             if raw is None:
                 raise TopicNotFound(f"scalable topic topic://{topic} does not exist")
             lay = self._read(topic)
-            parents, kids = plan(lay, raw[1])
+            parents, kids = plan(lay, raw.next_id)
             for k in kids:  # exist before anyone routes there (and can be terminated later)
                 self._touch(k.backing)
             change = self.store.change_layout(
-                topic, lay.epoch, parents, [k.to_json() for k in kids], raw[1] + len(kids))
+                topic, lay.epoch, parents, [k.to_json() for k in kids], raw.next_id + len(kids))
             if change.verdict is LayoutVerdict.APPLIED:
                 break
             if change.verdict is LayoutVerdict.NOT_ACTIVE:

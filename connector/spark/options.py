@@ -18,7 +18,7 @@ import pulsar
 from pulsar_txn.admin import check_admin_url
 from pulsar_txn.connection import authentication, quiet_logger
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.metastore.redis_store import redact_url
+from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.scalable.dag import is_scalable, normalize_scalable
 from pulsar_txn.topics import normalize_any, normalize_topic
 

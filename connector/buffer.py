@@ -13,12 +13,18 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import BEFORE_EARLIEST, OpenWrite, Position, TxnEvent, TxnId
 from pulsar_txn.state import TxnState
 
-DELIVER, SKIP, WAIT = "deliver", "skip", "wait"
+
+class Verdict(Enum):
+    """What a reader does with a (txn, writer)'s entries below the gate."""
+    DELIVER = "deliver"  # committed winner, or no transaction
+    SKIP = "skip"        # aborted, or a losing writer: never shown
+    WAIT = "wait"        # still OPEN: its outcome decides
 
 
 def max_read_position(received_upto: Position, open_writes: Sequence[OpenWrite],
@@ -116,8 +122,8 @@ class TransactionBuffer:
         return o is not None and o is not _UNKNOWN and o.state is not None
 
     # ---- Classification ----
-    def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[str]:
-        """DELIVER, SKIP or WAIT (txn still OPEN) for each (txn, writer) of a segment."""
+    def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[Verdict]:
+        """The verdict for each (txn, writer) of a segment (WAIT: still OPEN)."""
         entries = list(entries)
         missing = list({t for t, _ in entries if t not in self._final})
         if missing:
@@ -128,13 +134,13 @@ class TransactionBuffer:
         for t, w in entries:
             o = self._final.get(t)
             if o is None:
-                out.append(WAIT)
+                out.append(Verdict.WAIT)
             elif o.state is None:
-                out.append(SKIP if (t, w) in aborted else DELIVER)
+                out.append(Verdict.SKIP if (t, w) in aborted else Verdict.DELIVER)
             elif o.state is TxnState.COMMITTED and w in o.winners:
-                out.append(DELIVER)
+                out.append(Verdict.DELIVER)
             else:
-                out.append(SKIP)
+                out.append(Verdict.SKIP)
         return out
 
     def _load(self, txn_ids: list[TxnId]) -> None:

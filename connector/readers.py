@@ -22,7 +22,7 @@ import _pulsar
 import pulsar
 
 from pulsar_txn.admin import AdminAuth, admin_request, admin_topic_path
-from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.errors import AckConflict, ConfigError, InvalidTxnId, PulsarTxnError, ReadTimeout
 from pulsar_txn.message import TxnMessage
 from pulsar_txn.metastore.base import MetadataStore
@@ -33,6 +33,7 @@ from pulsar_txn.records import (
     PROP_TXN,
     PROP_WRITER,
     WHOLE_ENTRY,
+    EventKind,
     Position,
     TxnEvent,
     TxnId,
@@ -64,7 +65,7 @@ class AckParticipants:
                 self._stores.remove(store)
 
     def on_event(self, ev: TxnEvent) -> None:
-        if ev.kind == "end" and ev.txn_id is not None and ev.state is not None:
+        if ev.kind is EventKind.END and ev.txn_id is not None and ev.state is not None:
             with self._lock:
                 stores = [s for s in self._stores if ev.txn_id in s.pending_txns()]
             for s in stores:
@@ -72,7 +73,7 @@ class AckParticipants:
                     s.on_end(ev.txn_id, ev.state)
                 except PulsarTxnError as e:
                     log.warning("materializing %s on %s failed: %s", ev.txn_id, s.segment, e)
-        elif ev.kind == "resync":
+        elif ev.kind is EventKind.RESYNC:
             with self._lock:
                 stores = list(self._stores)
             for s in stores:
@@ -118,7 +119,7 @@ class GatedStream:
         # positions an abort released: their redelivered copies pass the duplicate filter
         self._expect: set[tuple[int, int, int]] = set()
         self._is_reader = isinstance(self, Reader)
-        self._verdicts: dict[tuple[str, str], str] = {}
+        self._verdicts: dict[tuple[str, str], Verdict] = {}
         self._ids: dict[str, TxnId] = {}
         self._below = False
         self.skipped = 0
@@ -194,7 +195,7 @@ class GatedStream:
         buf = self._buf
         if buf:  # fast path: a non-transactional or already-classified entry below the gate
             head = buf[0]
-            if (head[2] is None or self._verdicts.get((head[2], head[3])) == DELIVER) and (
+            if (head[2] is None or self._verdicts.get((head[2], head[3])) is Verdict.DELIVER) and (
                     self._below or head[1] <= self._gate_id):
                 return buf.popleft()
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
@@ -206,9 +207,9 @@ class GatedStream:
                     if t is None:
                         return buf.popleft()
                     verdict = self._verdicts.get((t, writer)) or self._verdict(t, writer)
-                    if verdict == DELIVER:
+                    if verdict is Verdict.DELIVER:
                         return buf.popleft()
-                    if verdict == SKIP:
+                    if verdict is Verdict.SKIP:
                         buf.popleft()
                         self.skipped += 1
                         self._on_skip(raw)
@@ -248,12 +249,12 @@ class GatedStream:
                 return Position(mid.ledger_id(), mid.entry_id())
         return None
 
-    def _verdict(self, t: str, writer: str) -> str:
+    def _verdict(self, t: str, writer: str) -> Verdict:
         if not self._well_formed(t):
-            self._verdicts[(t, writer)] = SKIP
-            return SKIP
+            self._verdicts[(t, writer)] = Verdict.SKIP
+            return Verdict.SKIP
         verdict = self._side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
-        if verdict != WAIT:
+        if verdict is not Verdict.WAIT:
             self._verdicts[(t, writer)] = verdict
         return verdict
 
@@ -273,7 +274,7 @@ class GatedStream:
         pairs = {(t, w) for _, mid, t, w in self._buf
                  if t is not None and (t, w) not in self._verdicts and mid <= gate}
         for t, w in [(t, w) for t, w in pairs if not self._well_formed(t)]:
-            self._verdicts[(t, w)] = SKIP
+            self._verdicts[(t, w)] = Verdict.SKIP
             pairs.discard((t, w))
         if not pairs:
             return
@@ -281,7 +282,7 @@ class GatedStream:
         verdicts = self._side.buffer.classify(self.segment,
                                                 [(self._txn(t), w) for t, w in pairs])
         for pair, verdict in zip(pairs, verdicts):
-            if verdict != WAIT:
+            if verdict is not Verdict.WAIT:
                 self._verdicts[pair] = verdict
 
     def _wrap(self, head) -> TxnMessage:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass, field
+from enum import Enum
 
 from .errors import InvalidTxnId
 from .state import TxnState
@@ -167,11 +168,19 @@ class OpenWrite:
     first: Position | None  # None: registered, append position not yet recorded
 
 
+class EventKind(str, Enum):
+    """Why a watcher was woken (a str, as the event streams carry it)."""
+    END = "end"        # a decision: the header changed state
+    POS = "pos"        # a write's first position: a gate may move
+    MAT = "mat"        # a cleanup: open-write entries removed, losers listed
+    RESYNC = "resync"  # events may have been missed: re-read what you wait for
+
+
 @dataclass(frozen=True)
 class TxnEvent:
     """A wake-up. The header stays the source of truth; events may be lost and resynced."""
 
-    kind: str  # "end" | "pos" | "resync"
+    kind: EventKind
     txn_id: TxnId | None = None
     state: TxnState | None = None
     segments: tuple[str, ...] = ()

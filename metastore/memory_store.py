@@ -37,6 +37,7 @@ from pulsar_txn.errors import (
     TxnNotFound,
 )
 from pulsar_txn.records import (
+    EventKind,
     OpenWrite,
     Position,
     SinkBatch,
@@ -217,7 +218,7 @@ class MemoryMetadataStore(AckTables, Layouts):
                 self._advance_sink(part, sink, seq)
             part.deadlines.pop(seq, None)
             part.finalized[seq] = part.unmaterialized[seq] = now
-            self._s.publish(TxnEvent("end", txn_id, final))
+            self._s.publish(TxnEvent(EventKind.END, txn_id, final))
             part.counters["committed" if final is TxnState.COMMITTED else "aborted"] += 1
             if final is TxnState.ABORTED and now > txn.deadline:
                 part.counters["timed_out"] += 1
@@ -258,7 +259,7 @@ class MemoryMetadataStore(AckTables, Layouts):
                     part.aborted.setdefault(segment, set()).add((seq, writer))
             txn.materialized = True
             part.unmaterialized.pop(seq, None)
-            self._s.publish(TxnEvent("mat", txn_id, None, tuple(segs)))
+            self._s.publish(TxnEvent(EventKind.MAT, txn_id, None, tuple(segs)))
             return Materialized.DONE
 
     def _ids(self, index: str, hi: int | None, limit: int | None) -> list[tuple[TxnId, int]]:
@@ -370,7 +371,7 @@ class MemoryMetadataStore(AckTables, Layouts):
             if not rec[0] and first is not None:
                 rec[0] = first.encode()
                 part.open_writes.setdefault(segment, {})[(txn_id.seq, writer)] = rec[0]
-                self._s.publish(TxnEvent("pos", txn_id, None, (segment,)))
+                self._s.publish(TxnEvent(EventKind.POS, txn_id, None, (segment,)))
             if last is not None:
                 rec[1] = last.encode()
 

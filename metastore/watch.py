@@ -52,7 +52,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from pulsar_txn.records import TxnEvent, TxnId
+from pulsar_txn.records import EventKind, TxnEvent, TxnId
 from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
@@ -430,14 +430,18 @@ class RedisWatch(StreamFollower):
             self._emit(self._callback, self._decode(p, fields))
 
     def resync(self) -> None:
-        self._callback(TxnEvent("resync"))
+        self._callback(TxnEvent(EventKind.RESYNC))
 
     @staticmethod
     def _decode(p: int, f: dict[str, str]) -> TxnEvent:
         txn = TxnId(p, int(f["t"]))
         segs = tuple(s for s in f.get("g", "").split("\n") if s)
         state = TxnState(f["s"]) if f.get("s") else None
-        return TxnEvent(f.get("k", "end"), txn, state, segs)
+        try:
+            kind = EventKind(f.get("k", "end"))
+        except ValueError:  # a kind this version does not know: re-read, never guess
+            kind = EventKind.RESYNC
+        return TxnEvent(kind, txn, state, segs)
 
 
 class RedisTopicWatch(StreamFollower):

@@ -16,7 +16,7 @@ import uuid
 import pulsar
 import pytest
 
-from pulsar_txn.buffer import DELIVER, SKIP, WAIT, TransactionBuffer
+from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import (
     AckConflict,
@@ -221,7 +221,7 @@ def test_classification_follows_the_decision_and_the_winners(coord, store):
     coord.commit(ok, winners=["w1"])
     coord.abort(lost)
     got = tb.classify("s", [(ok, "w1"), (ok, "w2"), (lost, "w1"), (open_, "w1")])
-    assert got == [DELIVER, SKIP, SKIP, WAIT]
+    assert got == [Verdict.DELIVER, Verdict.SKIP, Verdict.SKIP, Verdict.WAIT]
 
 
 def test_classification_is_stable_across_header_gc(coord, store, clock):
@@ -233,14 +233,15 @@ def test_classification_is_stable_across_header_gc(coord, store, clock):
     before = TransactionBuffer(store).classify("s", entries)
     clock.advance(10)
     assert coord.sweep_gc(retention_ms=0) == 1 and store.get_header(t) is None
-    assert TransactionBuffer(store).classify("s", entries) == before == [DELIVER, SKIP]
+    again = TransactionBuffer(store).classify("s", entries)
+    assert again == before == [Verdict.DELIVER, Verdict.SKIP]
 
 
 def test_an_unknown_txn_is_never_delivered(coord, store):
     coord.new_transaction()
     unknown = TxnId(0, 10_000_000)  # lost with a rollback, or another deployment's
     tb = TransactionBuffer(store)
-    assert tb.classify("s", [(unknown, "w")]) == [SKIP]
+    assert tb.classify("s", [(unknown, "w")]) == [Verdict.SKIP]
     assert tb.wait_for_outcome(TxnId(0, 10_000_001), 0)  # final: no reader waits on it
 
 
@@ -278,7 +279,7 @@ def test_a_reader_waiting_on_an_open_txn_is_woken_by_its_end(coord, store):
         started = time.monotonic()
         assert tb.wait_for_outcome(t, 5.0)
         assert time.monotonic() - started < 0.9  # pushed, not the 1 s re-check
-        assert tb.classify("s", [(t, "w")]) == [SKIP]  # committed, but not a winner
+        assert tb.classify("s", [(t, "w")]) == [Verdict.SKIP]  # committed, but not a winner
     finally:
         w.close()
 
@@ -513,7 +514,7 @@ def test_only_the_named_attempt_of_a_task_becomes_visible(coord, store):
         WriterRun(store, t, "s", attempt, FakeProducer(ledger=ledger)).send(b"row")
     coord.commit(t, winners=["task0-a1"])
     tb = TransactionBuffer(store)
-    assert tb.classify("s", [(t, "task0-a0"), (t, "task0-a1")]) == [SKIP, DELIVER]
+    assert tb.classify("s", [(t, "task0-a0"), (t, "task0-a1")]) == [Verdict.SKIP, Verdict.DELIVER]
     assert tb.gate("s", Position(9, 0)) == Position(9, 0)
 
 

@@ -14,7 +14,7 @@ import logging
 import pyarrow as pa
 
 from pulsar_txn.broker_io import scan
-from pulsar_txn.buffer import DELIVER, WAIT, TransactionBuffer
+from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.connection import naming
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
@@ -91,10 +91,10 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                     if txn is None:
                         continue
                     verdict = next(verdicts)
-                    if verdict == WAIT:
+                    if verdict is Verdict.WAIT:
                         wait_for(txn)
                         verdict = tb.classify(part.segment, [(txn, w)])[0]
-                    if verdict != DELIVER:
+                    if verdict is not Verdict.DELIVER:
                         continue
                 cols["key"].append(raw.partition_key() or None)
                 cols["value"].append(raw.data())

@@ -17,16 +17,10 @@ import uuid
 from collections.abc import Iterator
 
 from pulsar_txn.errors import BrokerUnavailable, DataLoss, ProbeFailed
-from pulsar_txn.records import END_OF_LEDGER
+from pulsar_txn.records import BEFORE, END_OF_LEDGER, Pos, pos_text
 
 log = logging.getLogger(__name__)
 
-Pos = tuple[int, int, int]  # (ledgerId, entryId, batchIndex): a range bound
-_BEFORE: Pos = (-1, -1, -1)
-
-
-def _fmt(p: Pos) -> str:
-    return f"{p[0]}:{p[1]}:{p[2]}"
 
 
 _PROBE = "__ptxn-probe-"
@@ -246,7 +240,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     settings = {"receiver_queue_size": 2000, **(reader or {})}
 
     def open_at(at: Pos):
-        if at == _BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
+        if at == BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
             # no entry to start at: before the first, or "the end of ledger L" (a gate
             # just below entry 0 of the next ledger), which a broker need not resolve
             # (pulsar-lite delivers nothing from it). Earlier entries are filtered out.
@@ -274,7 +268,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                     raise BrokerUnavailable(f"{segment}: the reader lost its connection "
                                             f"{reconnects} times ({e})") from e
                 log.warning("%s: reader disconnected (%s); reading on from %s", segment, e,
-                            _fmt(last or start))
+                            pos_text(last or start))
                 _close_quietly(reader)
                 reader = open_at((last[0], last[1], -1) if last is not None else start)
                 native = reader._reader
@@ -285,7 +279,8 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                 if not reader.is_connected():  # an outage, not lost data: never skipped
                     raise BrokerUnavailable(
                         f"{segment}: the broker was unreachable for {timeout_ms} ms while "
-                        f"reading after {_fmt(last or start)} up to the planned {_fmt(end)}; "
+                        f"reading after {pos_text(last or start)} up to the planned "
+                        f"{pos_text(end)}; "
                         "the range is not skipped (whatever failOnDataLoss says): it is "
                         "read again once the broker is back") from None
                 # connected, yet nothing came: lost only if the topic now ends at or
@@ -296,16 +291,16 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                     lac = last_entry_strict(client, segment)
                 except ProbeFailed as e:
                     raise BrokerUnavailable(
-                        f"{segment}: no entry after {_fmt(at)} within {timeout_ms} ms and the "
+                        f"{segment}: no entry after {pos_text(at)} within {timeout_ms} ms and the "
                         f"broker cannot say whether the data still exists ({e}); the range "
                         "is not skipped") from None
                 if lac is not None and lac > (at[0], at[1]):
                     raise BrokerUnavailable(
-                        f"{segment}: entries after {_fmt(at)} exist (the last is "
+                        f"{segment}: entries after {pos_text(at)} exist (the last is "
                         f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
                         "range is not skipped: it is read again") from None
-                msg = (f"{segment}: no entry after {_fmt(at)} within {timeout_ms} "
-                       f"ms although {_fmt(end)} was planned, and the topic now ends "
+                msg = (f"{segment}: no entry after {pos_text(at)} within {timeout_ms} "
+                       f"ms although {pos_text(end)} was planned, and the topic now ends "
                        f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
                        "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
                        "lost ranges.")

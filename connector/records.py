@@ -79,6 +79,21 @@ BEFORE_EARLIEST = Position(-1, -1)
 WHOLE_ENTRY = 2**31 - 1  # a batch index above every real one: "the whole entry"
 END_OF_LEDGER = 2**63 - 1  # an entry id after every entry of its ledger
 
+# A range bound in the hot paths (scans, Spark offsets): a plain tuple, so bounds
+# compare and hash without objects. Same text as Position: ledgerId:entryId:batch.
+Pos = tuple[int, int, int]
+BEFORE: Pos = (-1, -1, -1)  # before the first message of a segment
+
+
+def pos_text(p: Pos) -> str:
+    return f"{p[0]}:{p[1]}:{p[2]}"
+
+
+def parse_pos(s: str) -> Pos:
+    """The inverse of ``pos_text`` (Spark checkpoints hold this text: keep it stable)."""
+    a, b, c = (int(x) for x in s.split(":"))
+    return (a, b, c)
+
 
 @dataclass(frozen=True)
 class TxnId:

@@ -16,23 +16,12 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from pulsar_txn.records import WHOLE_ENTRY
+from pulsar_txn.records import BEFORE, WHOLE_ENTRY, Pos
+from pulsar_txn.records import parse_pos as decode
+from pulsar_txn.records import pos_text as encode
 
 __all__ = ["BEFORE", "WHOLE_ENTRY", "Pos", "SegmentPartition", "decode", "encode",
            "entries_between", "from_offset", "plan_partitions", "to_offset"]
-
-BEFORE = (-1, -1, -1)
-
-Pos = tuple[int, int, int]
-
-
-def encode(p: Pos) -> str:
-    return f"{p[0]}:{p[1]}:{p[2]}"
-
-
-def decode(s: str) -> Pos:
-    a, b, c = (int(x) for x in s.split(":"))
-    return (a, b, c)
 
 
 def to_offset(positions: dict[str, Pos]) -> dict:

@@ -1,7 +1,10 @@
 """Real services for the integration suite: Redis (Valkey) + a Pulsar broker per kind.
 
 ``PULSAR_TXN_BROKERS`` (comma list, default ``standalone,lite``) selects the
-brokers; every integration test runs once per broker. Nothing is mocked.
+brokers; every integration test runs once per broker. ``PULSAR_TXN_METASTORE=cluster``
+puts the metastore on a 3-primary Redis Cluster (harness.redis_cluster) instead of
+one server; tests of one server's own behaviour (restarts, ACLs, TLS) then skip.
+Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from pulsar_txn.harness.redis_cluster import RedisClusterHarness
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.harness.services import BROKERS, start_broker
+
+ON_CLUSTER = os.environ.get("PULSAR_TXN_METASTORE", "server") == "cluster"
 
 
 def _kinds() -> list[str]:
@@ -27,9 +33,22 @@ def _kinds() -> list[str]:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    """The metastore's server: one Redis, or a Redis Cluster (``.url`` either way)."""
+    if ON_CLUSTER:
+        server = RedisClusterHarness(tmp_path_factory.mktemp("redis-cluster")).start()
+    else:
+        server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def single_redis(redis_server):
+    """A test of one Redis server's own behaviour (restart, kill, port)."""
+    if ON_CLUSTER:
+        pytest.skip("tests one Redis server's own behaviour; the cluster's is "
+                    "test_metastore_cluster.py")
+    return redis_server
 
 
 @pytest.fixture(scope="session", params=_kinds())

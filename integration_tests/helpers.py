@@ -7,6 +7,17 @@ import redis
 from pulsar_txn.client import Reader, read_all
 
 
+def raw_redis(url: str, decode_responses: bool = True):
+    """A plain redis-py client on the metastore's server, or on its cluster."""
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        seeds = url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+        nodes = [redis.cluster.ClusterNode(h, int(p))
+                 for h, _, p in (s.rpartition(":") for s in seeds.split(","))]
+        return redis.cluster.RedisCluster(startup_nodes=nodes,
+                                          decode_responses=decode_responses)
+    return redis.Redis.from_url(url, decode_responses=decode_responses)
+
+
 def values(reader: Reader, idle_ms: int = 400) -> list[bytes]:
     return [m.value for m in read_all(reader, idle_ms)]
 
@@ -37,12 +48,19 @@ class CommandCounter:
     """Counts commands the Redis server executed (server-side truth, INFO commandstats)."""
 
     def __init__(self, url: str) -> None:
-        self.r = redis.Redis.from_url(url, decode_responses=True)
+        self.r = raw_redis(url)
         self._write_cmds: dict[str, bool] = {}
 
     def snapshot(self) -> dict[str, int]:
-        stats = self.r.info("commandstats")
-        return {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+        """Summed over a cluster's primaries (each command runs on one of them)."""
+        nodes = ([{"target_nodes": n} for n in self.r.get_primaries()]
+                 if isinstance(self.r, redis.cluster.RedisCluster) else [{}])
+        out: dict[str, int] = {}
+        for target in nodes:
+            for k, v in self.r.info("commandstats", **target).items():
+                name = k.removeprefix("cmdstat_")
+                out[name] = out.get(name, 0) + v["calls"]
+        return out
 
     def _is_write(self, cmd: str) -> bool:
         if cmd not in self._write_cmds:

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 import redis
+from helpers import raw_redis
 from redis.crc import key_slot
 
 from pulsar_txn.harness.redis_server import RedisServer
@@ -62,7 +63,7 @@ def store(redis_server, namespace):
 
 @pytest.fixture
 def r(redis_server):
-    c = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    c = raw_redis(redis_server.url)
     yield c
     c.close()
 
@@ -206,7 +207,9 @@ def test_topic_watch_follows_topics_as_they_come_and_resyncs_on_a_trimmed_gap(st
 
 
 def test_watch_uses_one_connection_per_slot_and_closes_promptly(store, r):
-    def clients() -> int:
+    def clients() -> int:  # on a cluster: every node's (each slot's reads go to its owner)
+        if isinstance(r, redis.cluster.RedisCluster):
+            return sum(len(r.client_list(target_nodes=n)) for n in r.get_nodes())
         return len(r.client_list())
 
     before = clients()
@@ -282,7 +285,7 @@ def test_gap_check_decides_each_case_from_one_snapshot(store, r):
 
     key = f"{{{store.keys.ns}:gap}}:ev"
     w = RedisWatch(store, lambda ev: None)  # not started: only its check is used
-    conn = w._new_conn()
+    conn = w._new_conn(key_slot(key.encode()))  # the key's node, on a cluster too
 
     def check(before, ordinal, got_ids):
         return w._check_gap(conn, key, before, ordinal, [(i, {}) for i in got_ids])

@@ -52,7 +52,7 @@ from .keys import (
 )
 from .redis_acks import RedisAcks
 from .redis_layouts import RedisLayouts
-from .redis_url import check_persistence, connection_pool, parse_store_url
+from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
 from .scripts import Scripts
@@ -74,15 +74,22 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         cfg = parse_store_url(url, namespace, durability)
         self.durability = cfg.durability
         self.url = cfg.shown
-        self.pool = connection_pool(cfg.connect, socket_timeout)
-        self.r = redis.Redis(connection_pool=self.pool)
+        self.cluster = cfg.cluster
+        self.socket_timeout = socket_timeout
+        if cfg.cluster:
+            self.pool = None
+            self.r = cluster_client(cfg.connect, cfg.shown, socket_timeout)
+        else:
+            self.pool = connection_pool(cfg.connect, socket_timeout)
+            self.r = redis.Redis(connection_pool=self.pool)
         self.event_maxlen = event_maxlen
         try:
             check_persistence(self.r, self.url, self.durability)
             self.partitions = self._agree_partitions(cfg.namespace, partitions)
             self.deployment = self._deployment_id(cfg.namespace)
             self._run_id = self._server_run_id()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
+                redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
         self.keys = Keys(cfg.namespace, self.partitions)
@@ -109,6 +116,10 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         return str(self.r.hget(key, "deployment"))
 
     def _server_run_id(self) -> str:
+        """The server process(es): on a cluster, every primary's (a failover changes it)."""
+        if self.cluster:
+            return ",".join(sorted(str(self.r.info("server", target_nodes=n).get("run_id", ""))
+                                   for n in self.r.get_primaries()))
         return str(self.r.info("server").get("run_id", ""))
 
     def still_current(self) -> bool:
@@ -127,7 +138,20 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             return False
 
     def close(self) -> None:
-        self.pool.disconnect()
+        if self.pool is None:
+            self.r.close()
+        else:
+            self.pool.disconnect()
+
+    def one_connection(self, key: str) -> redis.Redis:
+        """A client pinned to one connection of the node serving ``key``: WAITAOF
+        waits for the writes of its own connection (a cluster client would send it
+        on any). Close it after use."""
+        if self.pool is not None:
+            return redis.Redis(connection_pool=self.pool, single_connection_client=True)
+        node = self.r.get_node_from_key(key)
+        return redis.Redis(connection_pool=node.redis_connection.connection_pool,
+                           single_connection_client=True)
 
     # ---- transactions ----
     @translate
@@ -211,15 +235,14 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             keys.append(k.sink(p, sink.sink_id))
             args += [sink.batch_id, sink.query_id]
         if self.durability == "waitaof":  # the wait must run on the decision's connection
-            pipe = self.r.pipeline(transaction=False)
-            self.scripts.end_txn(keys=keys, args=args, pipeline=pipe)
-            pipe.execute_command("WAITAOF", 1, 0, 10_000)
-            res, (local, _replicas) = pipe.execute()
-            if res[0] == "ALREADY":  # wrote nothing: WAITAOF must follow a write of ours
-                pipe = self.r.pipeline(transaction=False)
-                pipe.incr(k.fsync_mark(p))
-                pipe.execute_command("WAITAOF", 1, 0, 10_000)
-                _, (local, _replicas) = pipe.execute()
+            conn = self.one_connection(keys[0])
+            try:
+                res = self.scripts.end_txn(keys=keys, args=args, client=conn)
+                if res[0] == "ALREADY":  # wrote nothing: WAITAOF must follow a write of ours
+                    conn.incr(k.fsync_mark(p))
+                local, _replicas = conn.execute_command("WAITAOF", 1, 0, 10_000)
+            finally:
+                conn.close()
             if res[0] in ("OK", "ALREADY") and int(local) < 1:
                 raise MetastoreUnavailable("the decision was not fsynced within 10 s "
                                            "(WAITAOF); ending the transaction again tells "

@@ -15,12 +15,13 @@ from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from pulsar_txn.errors import ConfigError
 
 DURABILITY = ("strict", "waitaof", "relaxed")
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 # retried inside redis-py (a failover, a dropped link); the store's callers see
 # MetastoreUnavailable only once these retries are spent
 RETRIED = (redis.ConnectionError, redis.TimeoutError)
@@ -45,6 +46,7 @@ class StoreUrl:
     shown: str        # for messages and logs (redacted)
     namespace: str
     durability: str
+    cluster: bool = False  # redis+cluster:// or rediss+cluster://: a Redis Cluster
 
 
 def parse_store_url(url: str, namespace: str, durability: str | None) -> StoreUrl:
@@ -53,7 +55,8 @@ def parse_store_url(url: str, namespace: str, durability: str | None) -> StoreUr
     shown = redact_url(url)
     if parsed.scheme not in SCHEMES:
         raise ConfigError(
-            f"metastore.url {shown!r}: scheme must be redis://, rediss:// (TLS) or unix://")
+            f"metastore.url {shown!r}: scheme must be redis://, rediss:// (TLS), unix://, or "
+            "redis+cluster:// / rediss+cluster:// (a Redis Cluster: host:port[,host:port...])")
     query = parse_qs(parsed.query)
     namespace = query.pop("namespace", [namespace])[0]
     durability = query.pop("durability", [durability or "strict"])[0]
@@ -61,7 +64,34 @@ def parse_store_url(url: str, namespace: str, durability: str | None) -> StoreUr
         raise ConfigError(f"metastore.url {shown!r}: durability={durability!r}; expected one "
                           f"of {', '.join(DURABILITY)}")
     connect = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
-    return StoreUrl(connect, shown, namespace, durability)
+    return StoreUrl(connect, shown, namespace, durability, parsed.scheme.endswith("+cluster"))
+
+
+def cluster_client(url: str, shown: str, socket_timeout: float) -> RedisCluster:
+    """A Redis Cluster client from ``redis+cluster://[user:pass@]h:p[,h:p...][/0][?...]``.
+    Any node is a seed: the client learns the slot owners from it and follows MOVED
+    replies and failovers itself (refreshing its slot map)."""
+    parsed = urlparse(url)
+    hosts = parsed.netloc.rpartition("@")[2]
+    seeds = []
+    for hp in hosts.split(","):
+        host, _, port = hp.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"metastore.url {shown!r}: cluster seeds must be host:port, "
+                              f"comma-separated; got {hp!r}")
+        seeds.append(ClusterNode(host.strip("[]"), int(port)))
+    if parsed.path not in ("", "/", "/0"):
+        raise ConfigError(f"metastore.url {shown!r}: a Redis Cluster has database 0 only")
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    tls = {k: query[k] for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile") if k in query}
+    if "ssl_cert_reqs" in query:
+        tls["ssl_cert_reqs"] = query["ssl_cert_reqs"]
+    return RedisCluster(
+        startup_nodes=seeds, username=parsed.username or None, password=parsed.password,
+        ssl=parsed.scheme.startswith("rediss"), decode_responses=True,
+        socket_timeout=socket_timeout, socket_connect_timeout=5, health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8),
+        require_full_coverage=True, **tls)
 
 
 def connection_pool(url: str, socket_timeout: float) -> redis.ConnectionPool:
@@ -84,22 +114,31 @@ def check_persistence(r: redis.Redis, shown: str, durability: str) -> None:
         return
     hint = ("add ?durability=relaxed to metastore.url to accept it (lost decisions come "
             "back as unknown: their txns are never shown), or see docs/durability.md")
+    if isinstance(r, RedisCluster):  # every primary holds decisions: each is checked
+        for node in r.get_primaries():
+            _check_node(r, shown, durability, hint, {"target_nodes": node},
+                        f" (cluster node {node.name})")
+        return
+    _check_node(r, shown, durability, hint, {}, "")
+
+
+def _check_node(r, shown: str, durability: str, hint: str, target: dict, where: str) -> None:
     try:
-        cfg = r.config_get("append*")
+        cfg = r.config_get("append*", **target)
     except redis.ResponseError as e:
         raise ConfigError(f"metastore.url {shown!r}: cannot read the server's "
-                          f"persistence settings ({e}); {hint}") from None
+                          f"persistence settings{where} ({e}); {hint}") from None
     if cfg.get("appendonly") != "yes":
-        raise ConfigError(f"metastore.url {shown!r}: the server runs without AOF "
+        raise ConfigError(f"metastore.url {shown!r}: the server{where} runs without AOF "
                           f"(appendonly {cfg.get('appendonly')}); {hint}")
     if durability == "waitaof":
         try:
-            r.execute_command("WAITAOF", 0, 0, 1)
+            r.execute_command("WAITAOF", 0, 0, 1, **target)
         except redis.ResponseError as e:
             raise ConfigError(f"metastore.url {shown!r}: durability=waitaof needs a "
                               f"server with WAITAOF (Redis 7.2+, Valkey): {e}") from None
     if durability == "strict" and cfg.get("appendfsync") != "always":
         raise ConfigError(
-            f"metastore.url {shown!r}: appendfsync is {cfg.get('appendfsync')!r}, so an "
+            f"metastore.url {shown!r}: appendfsync is {cfg.get('appendfsync')!r}{where}, so an "
             "acknowledged commit can be lost; use appendfsync always, or add "
             "?durability=waitaof (each decision waits for its fsync); or " + hint)

@@ -32,7 +32,10 @@ from .base import Collected, LayoutVerdict, Materialized
 F = TypeVar("F", bound=Callable)
 
 # a server that is loading or failing over answers with these: it will be ready
-NOT_READY = ("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN")
+NOT_READY = ("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK")
+# a Redis Cluster between owners (failover, slot move) after the client's own retries
+CLUSTER_UNAVAILABLE = (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+                       redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError)
 
 
 def translate(fn: F) -> F:
@@ -44,7 +47,15 @@ def translate(fn: F) -> F:
             return fn(*args, **kwargs)
         except PulsarTxnError:
             raise
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except (redis.ConnectionError, redis.TimeoutError, *CLUSTER_UNAVAILABLE) as e:
+            where = getattr(args[0], "url", "?") if args else "?"
+            raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
+                                       f"unreachable: {e}") from e
+        except redis.exceptions.CrossSlotTransactionError as e:  # keys of two slots: a bug
+            where = getattr(args[0], "url", "?") if args else "?"
+            raise MetastoreError(f"metadata store {where!r} (option 'metastore.url') refused "
+                                 f"the request: {e}") from e
+        except redis.exceptions.RedisClusterException as e:  # no reachable node, no slot map
             where = getattr(args[0], "url", "?") if args else "?"
             raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e

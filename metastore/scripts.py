@@ -44,12 +44,14 @@ class BoundScript:
         self._script = script
         self._client = client
 
-    def __call__(self, keys: list, args: list, pipeline: Pipeline | None = None):
+    def __call__(self, keys: list, args: list, pipeline: Pipeline | None = None,
+                 client: redis.Redis | None = None):
+        """``client``: another connection to run on (one pinned for WAITAOF)."""
         if pipeline is not None:  # queued: the pipeline loads missing scripts itself
             return self._script(keys=keys, args=args, client=pipeline)
         for attempt in range(3):
             try:
-                return self._script(keys=keys, args=args, client=self._client)
+                return self._script(keys=keys, args=args, client=client or self._client)
             except redis.exceptions.NoScriptError:
                 if attempt == 2:
                     raise

@@ -20,9 +20,11 @@ stream in turn would add up to a full round of reads to every wake-up, and
 pub/sub (sharded or not) loses events on reconnect. The cost: one connection per
 slot group (P for the transaction watch, one per followed scalable topic) instead
 of one, and, per non-empty batch, one ``XINFO STREAM`` for the gap check below.
-The connections go to the node of the store's URL, like every other command of
-the store: routing each slot to its owner node in a real cluster is left to a
-cluster-aware connection layer (a MOVED reply is logged and retried).
+On a Redis Cluster (``redis+cluster://``) each group's connection goes to the
+node that owns its slot (:class:`ClusterSlots`); a MOVED reply or a dropped node
+(a slot migrated, a failover) fails the group, the slot map is refreshed, and
+the group reconnects to the new owner with a resync: a wake-up published during
+the move is never silently lost.
 
 Resync, emitted once per loop turn however many streams needed it:
 
@@ -48,12 +50,12 @@ import time
 from collections.abc import Callable, Iterable
 
 import redis
-from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.retry import Retry
 
 from pulsar_txn.records import EventKind, TxnEvent, TxnId
 from pulsar_txn.state import TxnState
+
+from .slots import ClusterSlots, ServerSlots, slots_of
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +109,15 @@ class StreamFollower(threading.Thread):
     ``resync``. All callbacks run on this thread, one at a time.
     """
 
-    def __init__(self, pool: redis.ConnectionPool, *, name: str, count: int,
+    def __init__(self, slots: ServerSlots | ClusterSlots, *, name: str, count: int,
                  block_ms: int = 5000, refresh_s: float | None = None) -> None:
         super().__init__(name=name, daemon=True)
-        self._pool = pool
+        self._slots = slots
+        self._stale_map = False  # a group failed: re-learn the slot owners before reconnecting
         self._count = count
         self._block_ms = block_ms
         self._refresh_s = refresh_s
-        grace = pool.connection_kwargs.get("socket_timeout") or 5.0
+        grace = slots.socket_timeout
         self._deadline_s = block_ms / 1000 + grace  # no reply by then: the link is dead
         self._groups: dict[int, _Group] = {}
         self._pos: dict[str, tuple[str, int | None]] = {}  # key -> (last id, its ordinal)
@@ -215,6 +218,9 @@ class StreamFollower(threading.Thread):
         resync = False
         down = [g for g in self._groups.values() if g.conn is None]
         if any(g.retry_at <= now for g in down):
+            if self._stale_map:
+                self._stale_map = False
+                self._slots.refresh()
             for g in down:
                 state = self._establish(g)
                 resync |= state == "back"
@@ -230,17 +236,14 @@ class StreamFollower(threading.Thread):
             self.ready.set()
         return resync
 
-    def _new_conn(self):
-        kwargs = dict(self._pool.connection_kwargs)
-        # this loop has its own backoff and liveness deadline
-        kwargs.update(retry=Retry(NoBackoff(), 0), health_check_interval=0)
-        return self._pool.connection_class(**kwargs)
+    def _new_conn(self, slot: int = 0):
+        return self._slots.connect(slot)
 
     def _establish(self, g: _Group) -> str:
         """Connect and fix the positions it lacks: 'new', 'back' (it had lost them:
         resync), 'down' (unreachable) or 'refused' (an error reply; retried later)."""
         try:
-            g.conn = self._new_conn()
+            g.conn = self._new_conn(g.slot)
             g.conn.connect()
             new = []
             for key in g.keys:
@@ -368,6 +371,7 @@ class StreamFollower(threading.Thread):
         if self._closing.is_set():
             return
         log.log(level, "pulsar-txn watch %s: slot %d: %s", self.name, g.slot, err)
+        self._stale_map = True
         self._drop(g)
         had = [key for key in g.keys if self._pos.pop(key, None) is not None]
         g.lost = g.lost or bool(had)  # events may be missed from here: resync on return
@@ -417,7 +421,7 @@ class RedisWatch(StreamFollower):
     """
 
     def __init__(self, store, callback: Callable[[TxnEvent], None]) -> None:
-        super().__init__(store.pool, name="pulsar-txn-watch", count=1024)
+        super().__init__(slots_of(store), name="pulsar-txn-watch", count=1024)
         self._callback = callback
         self._partition = {store.keys.events(p): p for p in range(store.partitions)}
 
@@ -455,7 +459,8 @@ class RedisTopicWatch(StreamFollower):
 
     def __init__(self, store, topics: Callable[[], Iterable[str]],
                  callback: Callable[[str | None], None]) -> None:
-        super().__init__(store.pool, name="pulsar-txn-topic-watch", count=256, refresh_s=0.2)
+        super().__init__(slots_of(store), name="pulsar-txn-topic-watch", count=256,
+                         refresh_s=0.2)
         self._keys = store.keys
         self._topics = topics
         self._callback = callback

@@ -53,7 +53,7 @@ def server_binary(tls: bool = False) -> str:
 class RedisServer:
     def __init__(self, workdir: Path, port: int | None = None, appendfsync: str = "always",
                  password: str | None = None, user: str | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, extra_args: tuple[str, ...] = ()) -> None:
         """``user`` (with ``password``): an ACL user, the default user disabled.
         ``tls``: TLS only (no plain port), with a CA and a server certificate made
         here (openssl); clients need the CA (``ssl_ca_certs`` in the URL)."""
@@ -68,6 +68,7 @@ class RedisServer:
         self.password = password
         self.user = user
         self.tls = tls
+        self.extra_args = tuple(extra_args)  # e.g. cluster mode (harness.redis_cluster)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -97,7 +98,7 @@ class RedisServer:
                 "--dir", str(self.workdir), "--appendonly", "yes",
                 "--appendfsync", self.appendfsync, "--save", "",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "no",
-                "--logfile", str(self.workdir / "server.log")]
+                "--logfile", str(self.workdir / "server.log"), *self.extra_args]
         if self.user:
             args += ["--user", "default", "off",
                      "--user", self.user, "on", f">{self.password}", "~*", "&*", "+@all"]

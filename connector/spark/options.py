@@ -197,9 +197,10 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
         raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
                           f"got {service!r}")
     metastore = _required(opts, "metastore.url")
-    if not metastore.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"option 'metastore.url' must be redis://, rediss:// or unix://, "
-                          f"got {redact_url(metastore)!r}")
+    if not metastore.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
+                                 "rediss+cluster://")):
+        raise ConfigError(f"option 'metastore.url' must be redis://, rediss://, unix:// or "
+                          f"redis+cluster:// (rediss+cluster://), got {redact_url(metastore)!r}")
     return opts, service, metastore
 
 

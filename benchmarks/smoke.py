@@ -2,6 +2,9 @@
 
     python benchmarks/smoke.py            (PULSAR_TXN_BROKER picks the broker; lite default)
 
+peer/run is the exception: it starts its own brokers (Apache Pulsar 4.0.7 and 5.0.0-M1
+standalone, whatever PULSAR_TXN_BROKER says) and builds its Java side with Maven.
+
 Fails on an exception or a non-zero exit, never on a figure: benchmarks assert
 nothing. `.ci/run` calls it after the test suite.
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["bench_core.py", "bench_scalable.py", "bench_source.py", "bench_sink.py",
-              "bench_pipeline.py", "bench_soak.py"]
+              "bench_pipeline.py", "bench_soak.py", "peer/run"]
 
 
 def main() -> int:

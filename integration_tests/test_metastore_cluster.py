@@ -89,15 +89,27 @@ def test_primary_killed_while_transactions_commit_shows_nothing_partial(
         # own output buffer, which dies with it.
         os.kill(replica.proc.pid, signal.SIGSTOP)
         raw = redis.Redis(port=victim.port)
-        raw.set(f"{{{client.store.keys.ns}:0}}:filler", b"x" * (64 << 20))
+        raw.set(client.store.keys.tag(0) + ":filler", b"x" * (64 << 20))
         raw.close()
         at_kill = len(acknowledged)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 3  # well inside the replica's validity (10 s)
         while len(acknowledged) < at_kill + 30 and time.monotonic() < deadline:
             time.sleep(0.05)                            # decisions the replica never got
         before = len(acknowledged)
         victim.kill()                                   # SIGKILL the primary
         os.kill(replica.proc.pid, signal.SIGCONT)       # ... which its replica replaces
+        slot = redis.crc.key_slot(client.store.keys.tag(0).encode())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if cluster.primary_of_slot(slot) is replica:
+                    break
+            except RuntimeError:
+                pass
+            time.sleep(0.2)
+        else:
+            log = (replica.workdir / "server.log").read_text()[-2000:]
+            pytest.fail(f"the replica did not take over within 30 s:\n{log}")
         deadline = time.monotonic() + 30
         while len(acknowledged) < before + 20 and time.monotonic() < deadline:
             time.sleep(0.2)                             # commits resume after the failover
@@ -144,8 +156,12 @@ def test_partitions_spread_over_every_primary_and_are_fixed_at_first_use(cluster
 
     store = open_store(cluster.url, namespace=namespace, partitions=12)
     try:
-        owners = {_partition_owner(cluster, store, p).port for p in range(12)}
-        assert len(owners) == 3                         # every shard holds some partitions
+        per_shard: dict[int, int] = {}
+        for p in range(12):
+            port = _partition_owner(cluster, store, p).port
+            per_shard[port] = per_shard.get(port, 0) + 1
+        owners = set(per_shard)
+        assert sorted(per_shard.values()) == [4, 4, 4]  # spread tags: even over the shards
         with pytest.raises(ConfigError, match="partitions=4"):
             open_store(cluster.url, namespace=namespace, partitions=4)
         r = raw_redis(cluster.url)
@@ -157,5 +173,23 @@ def test_partitions_spread_over_every_primary_and_are_fixed_at_first_use(cluster
             per_node[node.port] = per_node.get(node.port, 0) + 1
         assert sorted(per_node) == sorted(owners) and sum(per_node.values()) == 12
         r.close()
+    finally:
+        store.close()
+
+
+def test_a_namespace_created_before_spread_tags_keeps_its_keys(redis_server, namespace):
+    """An existing deployment's keys carry the plain tags ``{ns:p}``: opening it with
+    this version must find them there, never move to the spread tags."""
+    from pulsar_txn.metastore import open_store
+
+    r = raw_redis(redis_server.url)
+    r.hset(f"{namespace}:config", mapping={"partitions": 4, "deployment": "old0dep0"})
+    r.close()
+    store = open_store(redis_server.url, namespace=namespace)
+    try:
+        assert store.keys.tag(2) == f"{{{namespace}:2}}"
+        fresh = open_store(redis_server.url, namespace=namespace + "n", partitions=4)
+        assert fresh.keys.tag(2) != f"{{{namespace}n:2}}"   # new deployments spread
+        fresh.close()
     finally:
         store.close()

@@ -20,20 +20,56 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from pulsar_txn.records import Position
 
 SEP = "|"
 
 
-class Keys:
-    """Key builder for one deployment (``ns`` is the per-deployment prefix)."""
+@cache
+def _spread_tags(ns: str, partitions: int) -> tuple[str, ...]:
+    """One tag ``{ns~<salt>}`` per partition, its slot within a narrow window around
+    the middle of the partition's even slot range (the first salts that land there)."""
+    width = REDIS_CLUSTER_HASH_SLOTS / partitions
+    half = max(0, int(width / 16))  # far from every even shard boundary for <= 4x P shards
+    wanted = {int((p + 0.5) * width): p for p in range(partitions)}
+    tags: list[str | None] = [None] * partitions
+    left, salt = partitions, 0
+    while left:
+        tag = f"{{{ns}~{salt}}}"
+        slot = key_slot(tag.encode())
+        for mid in (slot - d for d in range(-half, half + 1)):
+            p = wanted.get(mid)
+            if p is not None and tags[p] is None:
+                tags[p] = tag
+                left -= 1
+                break
+        salt += 1
+    return tuple(t for t in tags if t is not None)
 
-    def __init__(self, ns: str, partitions: int) -> None:
+
+class Keys:
+    """Key builder for one deployment (``ns`` is the per-deployment prefix).
+
+    ``spread``: partition p's tag is chosen so that its cluster slot lies in the
+    middle of the p-th of P even slot ranges, so a cluster whose slots are split
+    in even ranges (``redis-cli --cluster create``, the harness) holds the same
+    number of partitions on every shard, give or take one. Plain tags
+    ``{ns:p}`` hash anywhere: 16 partitions on 3 shards measured 3/8/5. A
+    deployment records which it uses at first use (``ns:config`` field ``tags``);
+    those created before keep the plain ones.
+    """
+
+    def __init__(self, ns: str, partitions: int, spread: bool = False) -> None:
         if not ns or any(c in ns for c in "{}"):
             raise ValueError(f"metastore key prefix {ns!r} must be non-empty and contain no braces")
         self.ns = ns
         self.partitions = partitions
+        self.spread = spread
+        self._tags = _spread_tags(ns, partitions) if spread else None
 
     # ---- deployment-wide ----
     def config(self) -> str:
@@ -41,6 +77,8 @@ class Keys:
 
     # ---- partition slot ``{ns:p}`` ----
     def tag(self, p: int) -> str:
+        if self._tags is not None:
+            return self._tags[p]
         return f"{{{self.ns}:{p}}}"
 
     def seq(self, p: int) -> str:

@@ -85,14 +85,18 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         self.event_maxlen = event_maxlen
         try:
             check_persistence(self.r, self.url, self.durability)
+            fresh = not self.r.hexists(Keys(cfg.namespace, 1).config(), "partitions")
+            if fresh:
+                self._agree_tags(cfg.namespace, True)
             self.partitions = self._agree_partitions(cfg.namespace, partitions)
+            spread = self._agree_tags(cfg.namespace, fresh)
             self.deployment = self._deployment_id(cfg.namespace)
             self._run_id = self._server_run_id()
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
-        self.keys = Keys(cfg.namespace, self.partitions)
+        self.keys = Keys(cfg.namespace, self.partitions, spread=spread)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
         self.scripts = Scripts(self.r)
@@ -106,6 +110,16 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             raise ConfigError(
                 f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
         return stored
+
+    def _agree_tags(self, ns: str, fresh: bool) -> bool:
+        """Whether partition tags are spread over the slot space (keys.Keys): fixed at
+        the namespace's first use, like P. A namespace created before the choice was
+        recorded keeps the plain tags its keys already have. ``fresh``: no partition
+        count was recorded when this open began (then the choice is written before the
+        count, so an open that sees the count also sees the choice)."""
+        key = Keys(ns, 1).config()
+        self.r.hsetnx(key, "tags", "spread" if fresh else "plain")
+        return self.r.hget(key, "tags") == "spread"
 
     def _deployment_id(self, ns: str) -> str:
         """A random id fixed at the namespace's first use and carried by every

@@ -2,8 +2,10 @@
 
 from importlib import resources
 
+import pytest
 from redis.crc import key_slot
 
+from pulsar_txn.metastore import keys
 from pulsar_txn.metastore.keys import Keys
 
 
@@ -66,3 +68,22 @@ def test_claim_tables_and_ack_records_decode():
     assert rec == AckRecord(("a", "b"), "c", True)
     assert rec.claimed_fields() == ["a", "b", CUM]
     assert AckRecord.decode({"ind": {}, "cum": ""}).claimed_fields() == []  # cjson's {}
+
+
+@pytest.mark.parametrize("partitions", [3, 12, 16, 64])
+def test_spread_tags_put_partitions_evenly_on_a_clusters_shards(partitions):
+    """A cluster whose slots are split in even ranges (what redis-cli --cluster create
+    and the harness do) gets the same number of partitions on every shard, give or
+    take one, for any shard count dividing the slot space evenly enough."""
+    k = keys.Keys("prod", partitions, spread=True)
+    slots = [key_slot(k.tag(p).encode()) for p in range(partitions)]
+    for shards in (2, 3, 4):
+        per = [0] * shards
+        for s in slots:
+            per[min(s * shards // 16384, shards - 1)] += 1
+        assert max(per) - min(per) <= 1, (shards, per)
+    assert k.tag(0) != keys.Keys("prod", partitions).tag(0)  # a different key layout
+
+
+def test_plain_tags_are_unchanged_for_existing_deployments():
+    assert keys.Keys("prod", 16).tag(5) == "{prod:5}"

@@ -22,7 +22,9 @@ RESULTS, OUT = ROOT / "docs" / "bench-results", ROOT / "docs" / "img"
 
 # (label, file stem, path into the JSON, target, True if higher is better)
 MEASURES = [
-    ("sink: txn ÷ plain rows/s", "sink", ("ratio_wall",), 0.95, True),
+    ("sink: txn ÷ plain rows/s", "sink", ("ratio_wall",), 0.97, True),
+    ("sink: ÷ plain pulsar-client producer", "sink", ("sink_vs_plain_producer_wall",), 0.9,
+     True),
     ("source: Spark ÷ plain reader", "source", ("throughput", "ratio"), 0.9, True),
     ("reader: READ_COMMITTED ÷ plain", "core", ("reader_throughput", "ratio"), 0.9, True),
     ("commit: 64 segments ÷ 1", "core", ("commit_fanout", "ratio_64_vs_1"), 1.2, False),
@@ -41,6 +43,45 @@ def _get(d: dict, path: tuple[str, ...]):
     return d
 
 
+def _newest(stem: str, broker: str) -> Path | None:
+    """The newest recorded result: dated files (``<stem>-<broker>-<date>.json``) win
+    over the undated first recordings."""
+    dated = sorted(RESULTS.glob(f"{stem}-{broker}-20*.json"))
+    if dated:
+        return dated[-1]
+    f = RESULTS / f"{stem}-{broker}.json"
+    return f if f.exists() else None
+
+
+def _peer() -> None:
+    """Commit latency p50 by segments touched, the three systems of the peer run."""
+    runs = sorted(RESULTS.glob("peer-20*.json"))
+    if not runs:
+        return
+    d = json.loads(runs[-1].read_text())
+    names = {"v4": "Pulsar v4 (Java 4.0.7)", "v5": "PIP-473 (Java v5 5.0.0-M1)",
+             "ptxn": "pulsar-txn (Python)"}
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    fanouts = [str(f) for f in d["params"]["fanouts"]]
+    width = 0.27
+    for i, (key, name) in enumerate(names.items()):
+        lat = (d["systems"].get(key) or {}).get("commit_latency") or {}
+        xs = [j + (i - 1) * width for j in range(len(fanouts))]
+        ys = [lat.get(f, {}).get("p50_ms") for f in fanouts]
+        ax.bar([x for x, y in zip(xs, ys) if y], [y for y in ys if y], width, label=name)
+        for x, y in zip(xs, ys):
+            if y:
+                ax.text(x, y * 1.08, f"{y:.2g}", ha="center", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(fanouts)), [f"{f} segment(s)" for f in fanouts], fontsize=8)
+    ax.set_ylabel("commit p50 (ms, log)")
+    ax.set_title(f"commit latency, one run ({d['date']}, {d['machine']['cores']} cores)",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "peer-commit.png", dpi=110)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     brokers = ["standalone", "lite"]
@@ -49,8 +90,8 @@ def main() -> None:
     ticks, labels = [], []
     for label, stem, path, target, higher in reversed(MEASURES):
         for i, broker in enumerate(brokers):
-            f = RESULTS / f"{stem}-{broker}.json"
-            value = _get(json.loads(f.read_text()), path) if f.exists() else None
+            f = _newest(stem, broker)
+            value = _get(json.loads(f.read_text()), path) if f is not None else None
             if value is None:
                 continue
             ok = value >= target if higher else value <= target
@@ -93,7 +134,9 @@ def main() -> None:
     ax.set_xlabel("commit → visible to a waiting reader (ms); dashed: p50 target 20 ms")
     fig.tight_layout()
     fig.savefig(OUT / "commit-to-visible.png", dpi=110)
-    print(f"wrote {OUT / 'ratios.png'} and {OUT / 'commit-to-visible.png'}")
+    _peer()
+    print(f"wrote {OUT / 'ratios.png'}, {OUT / 'commit-to-visible.png'} and "
+          f"{OUT / 'peer-commit.png'}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pulsar_txn.errors import (
     ConfigError,
@@ -63,6 +65,7 @@ __all__ = ["DEFAULT_PARTITIONS", "RedisMetadataStore"]
 
 DEFAULT_PARTITIONS = 16
 SEQ_BLOCK = 64  # ids a store takes per round trip (next_txn_id hands them out locally)
+WAITAOF_MS = 10_000  # how long a decision waits for its fsync (durability=waitaof)
 
 
 class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
@@ -157,15 +160,17 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         else:
             self.pool.disconnect()
 
-    def one_connection(self, key: str) -> redis.Redis:
-        """A client pinned to one connection of the node serving ``key``: WAITAOF
-        waits for the writes of its own connection (a cluster client would send it
-        on any). Close it after use."""
-        if self.pool is not None:
-            return redis.Redis(connection_pool=self.pool, single_connection_client=True)
-        node = self.r.get_node_from_key(key)
-        return redis.Redis(connection_pool=node.redis_connection.connection_pool,
-                           single_connection_client=True)
+    def one_connection(self, key: str, timeout_s: float) -> redis.Redis:
+        """A client on one fresh connection to the node serving ``key``, that never
+        retries: WAITAOF waits for the writes of its own connection, and a retried
+        WAITAOF on a new connection (no writes) would confirm at once what was never
+        fsynced. ``timeout_s`` above WAITAOF's own limit. Close it after use."""
+        pool = (self.pool if self.pool is not None
+                else self.r.get_node_from_key(key).redis_connection.connection_pool)
+        kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0),
+                  "socket_timeout": timeout_s, "health_check_interval": 0}
+        return redis.Redis(connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, max_connections=1, **kwargs))
 
     # ---- transactions ----
     @translate
@@ -249,14 +254,14 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             keys.append(k.sink(p, sink.sink_id))
             args += [sink.batch_id, sink.query_id]
         if self.durability == "waitaof":  # the wait must run on the decision's connection
-            conn = self.one_connection(keys[0])
+            conn = self.one_connection(keys[0], WAITAOF_MS / 1000 + 5)
             try:
                 res = self.scripts.end_txn(keys=keys, args=args, client=conn)
                 if res[0] == "ALREADY":  # wrote nothing: WAITAOF must follow a write of ours
                     conn.incr(k.fsync_mark(p))
-                local, _replicas = conn.execute_command("WAITAOF", 1, 0, 10_000)
+                local, _replicas = conn.execute_command("WAITAOF", 1, 0, WAITAOF_MS)
             finally:
-                conn.close()
+                conn.connection_pool.disconnect()
             if res[0] in ("OK", "ALREADY") and int(local) < 1:
                 raise MetastoreUnavailable("the decision was not fsynced within 10 s "
                                            "(WAITAOF); ending the transaction again tells "

@@ -1,0 +1,91 @@
+"""durability=waitaof: a decision is reported durable only if WAITAOF confirmed the
+fsync on the connection that wrote it (DESIGN §7).
+
+WAITAOF counts the writes of its own connection. If the link drops while it waits
+and the client sends it again on a new connection (one with no writes), the server
+confirms at once what was never fsynced. A TCP proxy in front of a real server cuts
+the connection at the first WAITAOF it sees; the end must then fail retriably (the
+caller ends again, which waits for the earlier decision's fsync), never succeed.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from pulsar_txn.errors import MetastoreUnavailable
+from pulsar_txn.harness.ports import free_port
+from pulsar_txn.harness.redis_server import RedisServer
+from pulsar_txn.metastore import RedisMetadataStore
+from pulsar_txn.state import TxnState
+
+
+class CutFirstWaitaof(threading.Thread):
+    """Forwards 127.0.0.1:port to the server; closes the first connection that sends
+    WAITAOF before the command reaches the server."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.target = free_port(), target_port
+        self.cut = 0
+        self.armed = False  # the store's open sends a WAITAOF of its own (its check)
+        self._srv = socket.create_server(("127.0.0.1", self.port))
+
+    def run(self) -> None:
+        while True:
+            try:
+                client, _ = self._srv.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if from_client and self.armed and b"WAITAOF" in data.upper() and not self.cut:
+                    self.cut += 1
+                    src.close()
+                    dst.close()
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._srv.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = RedisServer(tmp_path / "redis", appendfsync="everysec").start()
+    yield s
+    s.stop()
+
+
+def test_a_waitaof_cut_mid_wait_is_not_reported_as_fsynced(server):
+    proxy = CutFirstWaitaof(server.port)
+    proxy.start()
+    store = RedisMetadataStore(f"redis://127.0.0.1:{proxy.port}/0?durability=waitaof",
+                               namespace="wa")
+    try:
+        t = store.next_txn_id()
+        store.create_txn(t, 60_000)
+        proxy.armed = True
+        with pytest.raises(MetastoreUnavailable):
+            store.end_txn(t, TxnState.COMMITTED, [])
+        assert proxy.cut == 1
+        header, changed, _ = store.end_txn(t, TxnState.COMMITTED, [])  # ends again: waits
+        assert header.state is TxnState.COMMITTED and not changed
+    finally:
+        store.close()
+        proxy.close()

@@ -27,7 +27,7 @@ from helpers import raw_redis
 
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.harness.redis_cluster import RedisClusterHarness
-from pulsar_txn.records import TxnId
+from pulsar_txn.records import FOREIGN, PROP_DEPLOYMENT, PROP_TXN, TxnId, own_txn
 from pulsar_txn.state import TxnState
 
 
@@ -190,6 +190,16 @@ def test_a_namespace_created_before_spread_tags_keeps_its_keys(redis_server, nam
         assert store.keys.tag(2) == f"{{{namespace}:2}}"
         fresh = open_store(redis_server.url, namespace=namespace + "n", partitions=4)
         assert fresh.keys.tag(2) != f"{{{namespace}n:2}}"   # new deployments spread
+        # a process of an older version reads 'deployment' and the plain tags: what it
+        # stamps is never taken for this deployment's (and the reverse), fail closed
+        r = raw_redis(redis_server.url)
+        old_dep = r.hget(f"{namespace}n:config", "deployment")
+        r.close()
+        assert old_dep != fresh.deployment
+        theirs = own_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: old_dep}, fresh.deployment)
+        assert theirs == FOREIGN + "v5:0:1"                # never a txn of this deployment
+        assert own_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: fresh.deployment},
+                       fresh.deployment) == "v5:0:1"
         fresh.close()
     finally:
         store.close()

@@ -27,6 +27,8 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from pulsar_txn.records import Position
 
 SEP = "|"
+SPREAD_LAYOUT = "spread1"  # what new namespaces use (the algorithm below, version 1)
+LAYOUTS = ("plain", SPREAD_LAYOUT)
 
 
 @cache
@@ -54,22 +56,28 @@ def _spread_tags(ns: str, partitions: int) -> tuple[str, ...]:
 class Keys:
     """Key builder for one deployment (``ns`` is the per-deployment prefix).
 
-    ``spread``: partition p's tag is chosen so that its cluster slot lies in the
+    ``layout`` ``spread1``: partition p's tag is chosen so that its cluster slot lies in the
     middle of the p-th of P even slot ranges, so a cluster whose slots are split
     in even ranges (``redis-cli --cluster create``, the harness) holds the same
     number of partitions on every shard, give or take one. Plain tags
     ``{ns:p}`` hash anywhere: 16 partitions on 3 shards measured 3/8/5. A
     deployment records which it uses at first use (``ns:config`` field ``tags``);
-    those created before keep the plain ones.
+    those created before keep the plain ones. The layout name is versioned: a
+    change to ``_spread_tags`` would rename every key of a namespace (and restart
+    its id counters under the same deployment id), so it must be a new name.
     """
 
-    def __init__(self, ns: str, partitions: int, spread: bool = False) -> None:
+    def __init__(self, ns: str, partitions: int, layout: str = "plain") -> None:
         if not ns or any(c in ns for c in "{}"):
             raise ValueError(f"metastore key prefix {ns!r} must be non-empty and contain no braces")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown key layout {layout!r}")
+        if not 1 <= partitions <= REDIS_CLUSTER_HASH_SLOTS:
+            raise ValueError(f"partitions must be 1..{REDIS_CLUSTER_HASH_SLOTS}, got {partitions}")
         self.ns = ns
         self.partitions = partitions
-        self.spread = spread
-        self._tags = _spread_tags(ns, partitions) if spread else None
+        self.layout = layout
+        self._tags = _spread_tags(ns, partitions) if layout == SPREAD_LAYOUT else None
 
     # ---- deployment-wide ----
     def config(self) -> str:

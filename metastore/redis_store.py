@@ -47,6 +47,8 @@ from pulsar_txn.state import TxnState, check_transition
 
 from .base import Collected, Materialized
 from .keys import (
+    LAYOUTS,
+    SPREAD_LAYOUT,
     Keys,
     decode_gap,
     decode_open_write,
@@ -87,50 +89,34 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             self.r = redis.Redis(connection_pool=self.pool)
         self.event_maxlen = event_maxlen
         try:
+            self.scripts = Scripts(self.r)
             check_persistence(self.r, self.url, self.durability)
-            fresh = not self.r.hexists(Keys(cfg.namespace, 1).config(), "partitions")
-            if fresh:
-                self._agree_tags(cfg.namespace, True)
-            self.partitions = self._agree_partitions(cfg.namespace, partitions)
-            spread = self._agree_tags(cfg.namespace, fresh)
-            self.deployment = self._deployment_id(cfg.namespace)
+            self.partitions, layout, self.deployment = self._first_use(cfg.namespace,
+                                                                       partitions)
             self._run_id = self._server_run_id()
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
-        self.keys = Keys(cfg.namespace, self.partitions, spread=spread)
+        self.keys = Keys(cfg.namespace, self.partitions, layout=layout)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
-        self.scripts = Scripts(self.r)
 
-    def _agree_partitions(self, ns: str, wanted: int | None) -> int:
-        """P is fixed per deployment at first use: ids and slots depend on it."""
-        key = Keys(ns, 1).config()
-        self.r.hsetnx(key, "partitions", wanted or DEFAULT_PARTITIONS)
-        stored = int(self.r.hget(key, "partitions"))
-        if wanted is not None and wanted != stored:
+    def _first_use(self, ns: str, wanted: int | None) -> tuple[int, str, str]:
+        """(P, key layout, deployment id), fixed at the namespace's first use in one
+        step (init_namespace.lua): ids and slots depend on P, every key on the layout,
+        and every transactional append carries the deployment id, so an entry written
+        under another deployment is never classified with this one's ids."""
+        stored, layout, dep = self.scripts.init_namespace(
+            keys=[Keys(ns, 1).config()],
+            args=[wanted or DEFAULT_PARTITIONS, uuid.uuid4().hex[:12], SPREAD_LAYOUT])
+        if wanted is not None and wanted != int(stored):
             raise ConfigError(
                 f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
-        return stored
-
-    def _agree_tags(self, ns: str, fresh: bool) -> bool:
-        """Whether partition tags are spread over the slot space (keys.Keys): fixed at
-        the namespace's first use, like P. A namespace created before the choice was
-        recorded keeps the plain tags its keys already have. ``fresh``: no partition
-        count was recorded when this open began (then the choice is written before the
-        count, so an open that sees the count also sees the choice)."""
-        key = Keys(ns, 1).config()
-        self.r.hsetnx(key, "tags", "spread" if fresh else "plain")
-        return self.r.hget(key, "tags") == "spread"
-
-    def _deployment_id(self, ns: str) -> str:
-        """A random id fixed at the namespace's first use and carried by every
-        transactional append: an entry written under another deployment (another
-        namespace or store) is never classified with this one's ids (fail closed)."""
-        key = Keys(ns, 1).config()
-        self.r.hsetnx(key, "deployment", uuid.uuid4().hex[:12])
-        return str(self.r.hget(key, "deployment"))
+        if layout not in LAYOUTS:
+            raise ConfigError(f"namespace {ns!r} uses key layout {layout!r}, which this version "
+                              f"does not know ({', '.join(LAYOUTS)}): upgrade this process")
+        return int(stored), layout, str(dep)
 
     def _server_run_id(self) -> str:
         """The server process(es): on a cluster, every primary's (a failover changes it)."""
@@ -146,9 +132,9 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         replaced metastore at the same URL, or a restarted server, needs a fresh open
         (deployment id, partitions, persistence check), never the remembered ones."""
         try:
-            deployment, partitions = self.r.hmget(Keys(self.keys.ns, 1).config(),
-                                                  "deployment", "partitions")
-            return (deployment == self.deployment and partitions is not None
+            dep, deployment, partitions = self.r.hmget(Keys(self.keys.ns, 1).config(),
+                                                       "dep", "deployment", "partitions")
+            return ((dep or deployment) == self.deployment and partitions is not None
                     and int(partitions) == self.partitions
                     and self._server_run_id() == self._run_id)
         except (redis.RedisError, ValueError):

@@ -70,6 +70,7 @@ class Scripts:
     create_txn: BoundScript
     end_txn: BoundScript
     gc_txn: BoundScript
+    init_namespace: BoundScript
     mark_acks_applied: BoundScript
     materialize_txn: BoundScript
     record_acks: BoundScript

@@ -75,7 +75,7 @@ def test_spread_tags_put_partitions_evenly_on_a_clusters_shards(partitions):
     """A cluster whose slots are split in even ranges (what redis-cli --cluster create
     and the harness do) gets the same number of partitions on every shard, give or
     take one, for any shard count dividing the slot space evenly enough."""
-    k = keys.Keys("prod", partitions, spread=True)
+    k = keys.Keys("prod", partitions, layout=keys.SPREAD_LAYOUT)
     slots = [key_slot(k.tag(p).encode()) for p in range(partitions)]
     for shards in (2, 3, 4):
         per = [0] * shards
@@ -87,3 +87,19 @@ def test_spread_tags_put_partitions_evenly_on_a_clusters_shards(partitions):
 
 def test_plain_tags_are_unchanged_for_existing_deployments():
     assert keys.Keys("prod", 16).tag(5) == "{prod:5}"
+
+
+def test_spread1_tags_never_change():
+    """The layout's keys of an existing namespace: a change here renames every key
+    (and restarts id counters under the same deployment id). Change the algorithm
+    only under a new layout name."""
+    k = keys.Keys("prod", 16, layout="spread1")
+    assert [k.tag(p) for p in range(16)] == [
+        "{prod~158}", "{prod~12}", "{prod~8}", "{prod~78}", "{prod~159}", "{prod~13}",
+        "{prod~9}", "{prod~79}", "{prod~29}", "{prod~163}", "{prod~43}", "{prod~109}",
+        "{prod~28}", "{prod~162}", "{prod~42}", "{prod~108}"]
+
+
+def test_partitions_beyond_the_slot_count_are_refused():
+    with pytest.raises(ValueError, match="partitions"):
+        keys.Keys("prod", 16385, layout="spread1")

@@ -28,6 +28,7 @@ from redis.retry import Retry
 
 from pulsar_txn.errors import (
     ConfigError,
+    MetastoreError,
     MetastoreUnavailable,
     PulsarTxnError,
     SinkBoundToOtherQuery,
@@ -81,14 +82,11 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         self.url = cfg.shown
         self.cluster = cfg.cluster
         self.socket_timeout = socket_timeout
-        if cfg.cluster:
-            self.pool = None
-            self.r = cluster_client(cfg.connect, cfg.shown, socket_timeout)
-        else:
-            self.pool = connection_pool(cfg.connect, socket_timeout)
-            self.r = redis.Redis(connection_pool=self.pool)
         self.event_maxlen = event_maxlen
+        self.pool = None if cfg.cluster else connection_pool(cfg.connect, socket_timeout)
         try:
+            self.r = (cluster_client(cfg.connect, cfg.shown, socket_timeout) if cfg.cluster
+                      else redis.Redis(connection_pool=self.pool))
             self.scripts = Scripts(self.r)
             check_persistence(self.r, self.url, self.durability)
             self.partitions, layout, self.deployment = self._first_use(cfg.namespace,
@@ -98,6 +96,9 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
+        except redis.ResponseError as e:  # e.g. NOPERM: an ACL user without the scripts
+            raise MetastoreError(f"metadata store {self.url!r} (option 'metastore.url') "
+                                 f"refused opening namespace {cfg.namespace!r}: {e}") from e
         self.keys = Keys(cfg.namespace, self.partitions, layout=layout)
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}

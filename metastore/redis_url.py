@@ -11,7 +11,7 @@ decision, not found out after a restart (docs/durability.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
+from urllib.parse import parse_qs, unquote, urlencode, urlparse, urlunparse
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -67,6 +67,11 @@ def parse_store_url(url: str, namespace: str, durability: str | None) -> StoreUr
     return StoreUrl(connect, shown, namespace, durability, parsed.scheme.endswith("+cluster"))
 
 
+# what redis+cluster:// takes in its query, beside the store's own options
+CLUSTER_QUERY = ("username", "password", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
+                 "ssl_cert_reqs")
+
+
 def cluster_client(url: str, shown: str, socket_timeout: float) -> RedisCluster:
     """A Redis Cluster client from ``redis+cluster://[user:pass@]h:p[,h:p...][/0][?...]``.
     Any node is a seed: the client learns the slot owners from it and follows MOVED
@@ -83,11 +88,16 @@ def cluster_client(url: str, shown: str, socket_timeout: float) -> RedisCluster:
     if parsed.path not in ("", "/", "/0"):
         raise ConfigError(f"metastore.url {shown!r}: a Redis Cluster has database 0 only")
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-    tls = {k: query[k] for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile") if k in query}
-    if "ssl_cert_reqs" in query:
-        tls["ssl_cert_reqs"] = query["ssl_cert_reqs"]
+    unknown = sorted(set(query) - set(CLUSTER_QUERY))
+    if unknown:
+        raise ConfigError(f"metastore.url {shown!r}: unknown option(s) {', '.join(unknown)} "
+                          f"for a Redis Cluster; known: namespace, durability, "
+                          f"{', '.join(CLUSTER_QUERY)}")
+    tls = {k: query[k] for k in CLUSTER_QUERY if k.startswith("ssl_") and k in query}
+    username = unquote(parsed.username) if parsed.username else query.get("username")
+    password = unquote(parsed.password) if parsed.password else query.get("password")
     return RedisCluster(
-        startup_nodes=seeds, username=parsed.username or None, password=parsed.password,
+        startup_nodes=seeds, username=username or None, password=password,
         ssl=parsed.scheme.startswith("rediss"), decode_responses=True,
         socket_timeout=socket_timeout, socket_connect_timeout=5, health_check_interval=30,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8),

@@ -32,7 +32,8 @@ from .base import Collected, LayoutVerdict, Materialized
 F = TypeVar("F", bound=Callable)
 
 # a server that is loading or failing over answers with these: it will be ready
-NOT_READY = ("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK")
+NOT_READY = ("BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK",
+             "READONLY")  # READONLY: a primary demoted by a failover, until the client moves
 # a Redis Cluster between owners (failover, slot move) after the client's own retries
 CLUSTER_UNAVAILABLE = (redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
                        redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError)
@@ -51,11 +52,17 @@ def translate(fn: F) -> F:
             where = getattr(args[0], "url", "?") if args else "?"
             raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e
-        except redis.exceptions.CrossSlotTransactionError as e:  # keys of two slots: a bug
+        except (redis.exceptions.CrossSlotTransactionError,
+                redis.exceptions.ClusterCrossSlotError) as e:  # keys of two slots: a bug
             where = getattr(args[0], "url", "?") if args else "?"
             raise MetastoreError(f"metadata store {where!r} (option 'metastore.url') refused "
                                  f"the request: {e}") from e
-        except redis.exceptions.RedisClusterException as e:  # no reachable node, no slot map
+        except (redis.exceptions.RedisClusterException, redis.exceptions.ClusterError) as e:
+            where = getattr(args[0], "url", "?") if args else "?"
+            if "same key slot" in str(e) or "same slot" in str(e):  # redis-py's own check
+                raise MetastoreError(f"metadata store {where!r} (option 'metastore.url') "
+                                     f"refused the request: {e}") from e
+            # no reachable node, no slot map, or too many redirections during a move
             where = getattr(args[0], "url", "?") if args else "?"
             raise MetastoreUnavailable(f"metadata store {where!r} (option 'metastore.url') "
                                        f"unreachable: {e}") from e

@@ -20,6 +20,8 @@ log = logging.getLogger("pulsar_txn.metastore.watch")
 class ServerSlots:
     """Every slot on the one server of a plain store's URL."""
 
+    one_server = True  # one group down: every group is (they wait together)
+
     def __init__(self, pool: redis.ConnectionPool) -> None:
         self._pool = pool
         self.socket_timeout = pool.connection_kwargs.get("socket_timeout") or 5.0
@@ -36,6 +38,8 @@ class ServerSlots:
 
 class ClusterSlots:
     """Each slot on the cluster node that owns it now."""
+
+    one_server = False  # a dead node says nothing of the others' groups
 
     def __init__(self, cluster, socket_timeout: float) -> None:
         self._cluster = cluster

@@ -224,7 +224,7 @@ class StreamFollower(threading.Thread):
             for g in down:
                 state = self._establish(g)
                 resync |= state == "back"
-                if state == "down":  # the server is probably still down: every group waits
+                if state == "down" and self._slots.one_server:  # still down: every group waits
                     for other in down:
                         if other.conn is None:
                             other.retry_at = max(other.retry_at, g.retry_at)

@@ -64,7 +64,9 @@ class PulsarTxnDataSource(DataSource):
     metastore.url : required
         ``redis://[user:password@]host:port/db``, ``rediss://…`` (TLS:
         ``?ssl_ca_certs=/ca.pem``, client certificates ``&ssl_certfile=…&ssl_keyfile=…``)
-        or ``unix://…``; ``?durability=strict`` (default), ``waitaof`` or ``relaxed``;
+        or ``unix://…``; a Redis Cluster as ``redis+cluster://host:port[,host:port…]``
+        (``rediss+cluster://`` with TLS); ``?durability=strict`` (default), ``waitaof``
+        or ``relaxed``;
         ``?namespace=`` overrides ``metastore.namespace``. The password is never shown.
     metastore.namespace : ``ptxn``
         Key prefix of the deployment; its readers must use the same.

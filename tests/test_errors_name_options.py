@@ -76,3 +76,14 @@ def test_admin_credentials_never_show_the_token():
     tls = admin_auth("tls", "tlsCertFile:/c.pem,tlsKeyFile:/k.pem", {})
     assert (tls.cert_file, tls.key_file, tls.token) == ("/c.pem", "/k.pem", None)
     assert AdminAuth().ssl_context().check_hostname is False  # pulsar-client's default
+
+
+def test_parsed_options_never_show_the_metastore_password():
+    """Spark logs and error pages print option objects; the metastore URL's password
+    (userinfo or ?password=) must not be in them."""
+    opts = {**BASE, "metastore.url": "redis://app:s3cr3t-pw@localhost:6379/0"}
+    sink = SinkOptions.from_options(_lower({**opts, "topic": "t"}))
+    source = SourceOptions.from_options(_lower({**opts, "topics": "t"}))
+    for parsed in (sink, source):
+        assert parsed.metastore_url.endswith("@localhost:6379/0")  # still usable
+        assert "s3cr3t" not in repr(parsed) and "s3cr3t" not in str(parsed)

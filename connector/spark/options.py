@@ -211,7 +211,7 @@ def _lower(options) -> dict[str, str]:
 @dataclass(frozen=True)
 class SinkOptions:
     service_url: str
-    metastore_url: str
+    metastore_url: str = field(repr=False)  # may hold a password: never shown
     namespace: str = "ptxn"
     topic: str | None = None
     timeout_ms: int = 60_000
@@ -305,7 +305,7 @@ def _duration_ms(opts: dict[str, str], key: str) -> int | None:
 @dataclass(frozen=True)
 class SourceOptions:
     service_url: str
-    metastore_url: str
+    metastore_url: str = field(repr=False)  # may hold a password: never shown
     namespace: str
     topics: tuple[str, ...]
     starting: str | dict = "latest"

@@ -48,6 +48,13 @@ class RedisClusterHarness:
                            socket_timeout=5)
 
     def start(self, timeout: float = 30.0) -> RedisClusterHarness:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # never leave half a cluster running
+            raise
+
+    def _start(self, timeout: float) -> RedisClusterHarness:
         for s in self.nodes:
             s.start()
         conns = [self._conn(s) for s in self.nodes]

@@ -253,10 +253,11 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     native = reader._reader
     last: Pos | None = None
     end_size: int | None = None  # messages in the end entry, once one of them is read
+    end_ledger, end_entry = end[0], end[1]
+    at_end_entry = False  # the last message read is of the end entry
     reconnects = 0
     try:
         while True:
-            at_end_entry = last is not None and (last[0], last[1]) == (end[0], end[1])
             wait = batch_end_wait_ms if at_end_entry else timeout_ms
             try:
                 raw = native.read_next(wait)
@@ -313,15 +314,16 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             if last is not None and pos <= last:
                 continue  # a redelivery (pulsar-lite duplicates unbatched topics)
             last = pos
+            at_end_entry = pos[1] == end_entry and pos[0] == end_ledger
             reconnects = 0  # progress: the reconnect budget is per stretch without it
             if pos <= start:
                 continue
             if pos > end:
                 return
             yield pos, raw
-            if pos == end or (pos[2] < 0 and (pos[0], pos[1]) == (end[0], end[1])):
-                return
-            if (pos[0], pos[1]) == (end[0], end[1]):
+            if at_end_entry:
+                if pos == end or pos[2] < 0:
+                    return
                 if end_size is None:
                     end_size = batch_size(m) or 0
                 if end_size and pos[2] >= end_size - 1:

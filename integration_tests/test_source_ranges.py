@@ -222,3 +222,57 @@ def test_a_range_ending_at_a_batched_last_entry_ends_without_waiting_for_more(
                                              batch_end_wait_ms=20_000)]
     assert got == [((ledger, entry, i), f"m{i}".encode()) for i in range(3)]
     assert time.monotonic() - started < 10, "the scan waited for more of its end entry"
+
+
+def test_source_rows_carry_every_field_and_only_committed_rows(
+        make_client, broker, redis_server, namespace, topic_name):
+    """Each delivered row carries its message's key, value, user properties (never the
+    transaction's own), event and publish time, id and txn; an aborted txn's rows are
+    dropped between committed and plain ones, whatever the Arrow batch size."""
+    import datetime
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pulsar_txn.spark.partition_reader import read_partition
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
+
+    writer = make_client(sweeper=False)
+    topic = topic_name("fields")
+    p = writer.create_producer(topic)
+    a, b, c = (writer.new_transaction() for _ in range(3))
+    p.send(b"a1", key="k1", properties={"color": "red"}, txn=a, event_time_ms=1_234)
+    p.send(b"b1", key="k2", txn=b)
+    p.send(b"a2", txn=a)
+    p.send(b"p1", properties={"x": "y"})
+    p.send(b"p2")
+    p.send(b"c1", key="k3", txn=c)
+    a.commit()
+    b.abort()
+    c.commit()
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": topic,
+                                 "startingOffsets": "earliest"})
+    try:
+        start = src.initialOffset()
+        end = src.latestOffset(start, ReadAllAvailable())
+        for chunk in (4096, 2, 1):
+            rows = [r for part in src.partitions(start, end)
+                    for batch in read_partition(src.opts, part, chunk=chunk)
+                    for r in batch.to_pylist()]
+            assert [r["value"] for r in rows] == [b"a1", b"a2", b"p1", b"p2", b"c1"], chunk
+            assert [r["key"] for r in rows] == ["k1", None, None, None, "k3"]
+            assert [r["properties"] for r in rows] == [[("color", "red")], [], [("x", "y")],
+                                                       [], []]
+            assert [r["txnId"] for r in rows] == [str(a.id), str(a.id), None, None,
+                                                  str(c.id)]
+            assert rows[0]["eventTime"] == datetime.datetime(
+                1970, 1, 1, 0, 0, 1, 234_000, tzinfo=datetime.timezone.utc)
+            assert [r["eventTime"] for r in rows[1:]] == [None] * 4
+            now = datetime.datetime.now(datetime.timezone.utc)
+            assert all(abs((now - r["publishTime"]).total_seconds()) < 600 for r in rows)
+            ids = [tuple(int(x) for x in r["messageId"].split(":")) for r in rows]
+            assert ids == sorted(ids) and len(set(ids)) == 5
+            assert {(r["topic"], r["segment"]) for r in rows} == {(topic, topic)}
+    finally:
+        src.stop()

@@ -10,17 +10,19 @@ write) is waited for, never guessed.
 from __future__ import annotations
 
 import logging
+from itertools import compress
 
+import numpy as np
 import pyarrow as pa
 
 from pulsar_txn.broker_io import scan
 from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.connection import naming
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
-from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId, own_txn
+from pulsar_txn.records import FOREIGN, PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, TxnId
 from pulsar_txn.spark import configure_logging
 
-from .offsets import SegmentPartition, decode, encode
+from .offsets import SegmentPartition, decode
 from .options import SourceOptions
 from .resources import RESOURCES
 
@@ -41,30 +43,87 @@ ARROW_SCHEMA = pa.schema([
 _OUTCOME_GRACE_S = 30.0  # past a txn's deadline: time for some sweeper to abort it
 
 
-def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 2000):
+CHUNK = 4096  # rows per Arrow batch: big enough that Spark's per-batch cost is small
+
+
+class _Columns:
+    """The rows read so far, one Python list per column, filled as messages arrive.
+
+    Each message's fields are taken once, in the scan loop, and the native message is
+    dropped at once; the Arrow arrays are then built from whole lists (constant
+    columns and the usual empty property maps without any per-row work).
+    """
+
+    __slots__ = ("keys", "values", "ids", "publish", "event", "props", "txns", "writers",
+                 "plain_props")
+
+    def __init__(self) -> None:
+        self.keys: list = []
+        self.values: list = []
+        self.ids: list = []
+        self.publish: list = []
+        self.event: list = []
+        self.props: list = []
+        self.txns: list = []
+        self.writers: list = []
+        self.plain_props = False  # some row has user properties
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def arrow(self, topic: str, segment: str, keep: list[bool] | None) -> pa.RecordBatch:
+        cols = [self.keys, self.values, self.ids, self.publish, self.event, self.props,
+                self.txns]
+        if keep is not None:
+            cols = [list(compress(c, keep)) for c in cols]
+        keys, values, ids, publish, event, props, txns = cols
+        n = len(values)
+        if self.plain_props:
+            props_arr = pa.array(props, type=_PROPS)
+        else:  # every map empty: offsets only
+            props_arr = pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                                _NO_STRINGS, _NO_STRINGS)
+        return pa.RecordBatch.from_arrays([
+            pa.array(keys, pa.string()), pa.array(values, pa.binary()),
+            pa.array([topic] * n, pa.string()), pa.array([segment] * n, pa.string()),
+            pa.array(ids, pa.string()),
+            pa.array(np.asarray(publish, np.int64) * 1000, _TS),
+            pa.array([e * 1000 if e else None for e in event], _TS),
+            props_arr, pa.array(txns, pa.string())], schema=ARROW_SCHEMA)
+
+
+_TS = pa.timestamp("us", tz="UTC")
+_PROPS = pa.map_(pa.string(), pa.string())
+_NO_STRINGS = pa.array([], pa.string())
+_INTERNAL = "__ptxn."
+
+
+def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHUNK):
     """Executor-side: yield Arrow batches of the committed rows of one segment range."""
     if not isinstance(part, SegmentPartition):
         return  # Spark's stand-in partition for an empty plan: nothing to read
     configure_logging()  # an executor's Python worker never ran the driver's setup
-    schema = ARROW_SCHEMA
     # kept for the worker's later tasks (resources.RESOURCES): no connect, persistence
     # check or client start-up per micro-batch
     RESOURCES.begin_task()
     store = RESOURCES.store(opts.metastore_url, opts.namespace)
     client = RESOURCES.client(opts)
     tb = TransactionBuffer(store)
+    deployment = store.deployment
+    topic = part.topic or part.segment
     watch = None
+    parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
     try:
-        pending: list = []
-
-        def txn_of(t: str, pos) -> TxnId | None:
-            try:
-                return TxnId.parse(t)
-            except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
-                log.warning("%s: message %s: its %s property %r is malformed or of another "
-                            "deployment; it is never delivered", part.segment, encode(pos),
-                            PROP_TXN, t)
-                return None
+        def txn_of(t: str, pos: str) -> TxnId | None:
+            if t not in parsed:
+                try:
+                    parsed[t] = TxnId.parse(t)
+                except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
+                    log.warning("%s: message %s: its %s property %r is malformed or of "
+                                "another deployment; it is never delivered", part.segment,
+                                pos, PROP_TXN, t)
+                    parsed[t] = None
+            return parsed[t]
 
         def wait_for(txn: TxnId) -> None:
             """H1 fallback: an OPEN txn's entry below the gate waits for its end, woken by
@@ -80,48 +139,71 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = 200
                                      f"{_OUTCOME_GRACE_S:.0f} s after its deadline; is any "
                                      "sweeper running?")
 
-        def flush():
-            ids = {t: txn_of(t, pos) for pos, _, _, t, _ in pending if t}
-            pairs = [(ids[t], w) for _, _, _, t, w in pending if t and ids[t] is not None]
-            verdicts = iter(tb.classify(part.segment, pairs)) if pairs else iter(())
-            cols: dict[str, list] = {f.name: [] for f in schema}
-            for pos, raw, props, t, w in pending:
-                if t:
-                    txn = ids[t]
-                    if txn is None:
-                        continue
-                    verdict = next(verdicts)
-                    if verdict is Verdict.WAIT:
-                        wait_for(txn)
-                        verdict = tb.classify(part.segment, [(txn, w)])[0]
-                    if verdict is not Verdict.DELIVER:
-                        continue
-                cols["key"].append(raw.partition_key() or None)
-                cols["value"].append(raw.data())
-                cols["topic"].append(part.topic or part.segment)
-                cols["segment"].append(part.segment)
-                cols["messageId"].append(encode(pos))
-                cols["publishTime"].append(raw.publish_timestamp() * 1000)
-                et = raw.event_timestamp()
-                cols["eventTime"].append(et * 1000 if et else None)
-                cols["properties"].append(
-                    [(k, v) for k, v in props.items() if not k.startswith("__ptxn.")]
-                    if t or props else [])
-                cols["txnId"].append(t)
-            pending.clear()
-            return pa.RecordBatch.from_pydict(cols, schema=schema)
+        def verdicts(rows: _Columns) -> list[bool] | None:
+            """Which rows are delivered (None: all of them). Classified once per
+            distinct (txn, writer) of the chunk, not per row."""
+            pairs = set(zip(rows.txns, rows.writers))
+            pairs.discard((None, ""))
+            if not pairs:
+                return None
+            first = {}
+            for t, i in zip(rows.txns, rows.ids):  # the first row of each txn, for its log
+                if t is not None and t not in first:
+                    first[t] = i
+            ok = {p: txn_of(p[0], first[p[0]]) for p in pairs}
+            valid = [p for p in pairs if ok[p] is not None]
+            given = dict(zip(valid, tb.classify(part.segment, [(ok[p], p[1]) for p in valid])
+                             if valid else []))
+            deliver = {}
+            for p in pairs:
+                v = given.get(p)
+                if v is Verdict.WAIT:
+                    wait_for(ok[p])
+                    v = tb.classify(part.segment, [(ok[p], p[1])])[0]
+                deliver[p] = v is Verdict.DELIVER
+            if all(deliver.values()):
+                return None
+            deliver[(None, "")] = True
+            return [deliver[p] for p in zip(rows.txns, rows.writers)]
 
+        rows = _Columns()
         with naming(opts.service_url, what=f"reading {part.segment}"):
             for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
                                  timeout_ms=opts.data_timeout_ms,
                                  fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
                 props = raw.properties()
-                t = own_txn(props, store.deployment)
-                pending.append((pos, raw, props, t, props.get(PROP_WRITER, "") if t else ""))
-                if len(pending) >= chunk:
-                    yield flush()
-        if pending:
-            yield flush()
+                t = props.get(PROP_TXN)
+                if t is None:
+                    rows.writers.append("")
+                    if props:
+                        rows.props.append([(k, v) for k, v in props.items()
+                                           if not k.startswith(_INTERNAL)])
+                        rows.plain_props = True
+                    else:
+                        rows.props.append(())
+                else:
+                    dep = props.get(PROP_DEPLOYMENT)
+                    if dep is not None and dep != deployment:
+                        t = FOREIGN + t
+                    w = props.get(PROP_WRITER)
+                    rows.writers.append(w or "")
+                    if len(props) == 1 + (w is not None) + (dep is not None):
+                        rows.props.append(())  # only our own properties: none to show
+                    else:
+                        rows.props.append([(k, v) for k, v in props.items()
+                                           if not k.startswith(_INTERNAL)])
+                        rows.plain_props = True
+                rows.txns.append(t)
+                rows.keys.append(raw.partition_key() or None)
+                rows.values.append(raw.data())
+                rows.ids.append(f"{pos[0]}:{pos[1]}:{pos[2]}")
+                rows.publish.append(raw.publish_timestamp())
+                rows.event.append(raw.event_timestamp())
+                if len(rows.values) >= chunk:
+                    yield rows.arrow(topic, part.segment, verdicts(rows))
+                    rows = _Columns()
+        if len(rows):
+            yield rows.arrow(topic, part.segment, verdicts(rows))
     finally:
         if watch is not None:
             watch.close()

@@ -32,3 +32,33 @@ def test_plan_places_before_earliest_to_split_it():
     assert [(p.start, p.end) for p in parts] == [
         (f"7:-1:{WHOLE_ENTRY}", f"7:49:{WHOLE_ENTRY}"), (f"7:49:{WHOLE_ENTRY}",
                                                          f"7:99:{WHOLE_ENTRY}")]
+
+
+def test_plan_uses_every_core_by_default_but_never_cuts_tiny_pieces(monkeypatch):
+    """Without ``minPartitions`` a big range is read by one task per core of the
+    machine (Spark runs them side by side); a small one stays one task, since a task
+    costs more than a few entries."""
+    import pulsar_txn.spark.offsets as offsets
+
+    monkeypatch.setattr(offsets.os, "cpu_count", lambda: 4)
+    big = plan_partitions({"t": f"7:-1:{WHOLE_ENTRY}"}, {"t": f"7:999:{WHOLE_ENTRY}"}, None)
+    assert len(big) == 4
+    assert _entries([(tuple(map(int, p.start.split(":"))), tuple(map(int, p.end.split(":"))))
+                     for p in big]) == list(range(0, 1000))
+    few = offsets.AUTO_MIN_ENTRIES * 2
+    mid = plan_partitions({"t": f"7:-1:{WHOLE_ENTRY}"}, {"t": f"7:{few - 1}:{WHOLE_ENTRY}"},
+                          None)
+    assert len(mid) == 2  # 4 cores, but no piece under AUTO_MIN_ENTRIES entries
+    tiny = plan_partitions({"t": f"7:-1:{WHOLE_ENTRY}"}, {"t": f"7:5:{WHOLE_ENTRY}"}, None)
+    assert len(tiny) == 1
+    asked = plan_partitions({"t": f"7:-1:{WHOLE_ENTRY}"}, {"t": f"7:5:{WHOLE_ENTRY}"}, 3)
+    assert len(asked) == 3  # an explicit minPartitions is obeyed as before
+
+
+def test_min_partitions_option_defaults_to_automatic():
+    from pulsar_txn.spark.options import SourceOptions
+
+    opts = SourceOptions.from_options({"service.url": "pulsar://127.0.0.1:6650",
+                                       "metastore.url": "redis://127.0.0.1:6379",
+                                       "topic": "persistent://public/default/t"})
+    assert opts.min_partitions is None

@@ -136,8 +136,11 @@ class PulsarTxnDataSource(DataSource):
         the last message already read (a partitioned topic: one per partition).
     endingOffsets : ``latest`` (the gate now)
         Batch only; the same JSON form, inclusive.
-    minPartitions : ``1`` per segment
-        Split each segment's range (by entry id, within a ledger) into more partitions.
+    minPartitions : one per core
+        Split the segments' ranges (by entry id, within a ledger) into at least N
+        partitions. Unset: one per core of the driver's machine (every core in
+        ``local[*]``; on a cluster set it to the executors' cores), never a piece
+        under 16 entries, so a small micro-batch stays one task per segment.
     maxRecordsPerTrigger : —
         At most N messages per micro-batch (over all topics, aborted entries included).
     maxBytesPerTrigger : —

@@ -12,6 +12,7 @@ returns the same rows (invariant 3), also after header GC (H2) and restarts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
@@ -50,14 +51,22 @@ def entries_between(end: Pos, lac: tuple[int, int]) -> int:
     return lac[1] + 1
 
 
-def _split(start: Pos, end: Pos, pieces: int) -> list[tuple[Pos, Pos]]:
-    """Split (start, end] into up to ``pieces`` ranges by entry id, within one ledger.
+AUTO_MIN_ENTRIES = 16  # an automatic split never makes a piece of fewer entries
+
+
+def _split(start: Pos, end: Pos, pieces: int, min_entries: int = 1) -> list[tuple[Pos, Pos]]:
+    """Split (start, end] into up to ``pieces`` ranges by entry id, within one ledger,
+    none of fewer than ``min_entries`` entries (when that is asked).
 
     Entry ids are dense inside a ledger, so the cut points exist; a range that
     crosses ledgers is kept whole (ledger ids are not dense).
     """
     first = start[1] + 1
-    if pieces <= 1 or start == BEFORE or start[0] != end[0] or end[1] - first < pieces:
+    if start == BEFORE or start[0] != end[0]:
+        return [(start, end)]
+    if min_entries > 1:
+        pieces = min(pieces, (end[1] - first + 1) // min_entries)
+    if pieces <= 1 or end[1] - first < pieces:
         return [(start, end)]
     step = (end[1] - first + 1) // pieces
     cuts = [(start[0], first + step * i - 1, WHOLE_ENTRY) for i in range(1, pieces)]
@@ -65,16 +74,23 @@ def _split(start: Pos, end: Pos, pieces: int) -> list[tuple[Pos, Pos]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def plan_partitions(start: dict, end: dict, min_partitions: int = 1,
+def plan_partitions(start: dict, end: dict, min_partitions: int | None = 1,
                     first_entry=None, topic_of=None) -> list[SegmentPartition]:
     """One partition per segment range, split further when ``min_partitions`` asks.
 
-    ``first_entry(segment)`` places a range that starts before the earliest entry,
-    so that it can be split too (only needed when splitting).
+    ``min_partitions=None`` (the option unset) asks for one partition per core of
+    this machine, so a large batch is read by every core without tuning, but never
+    cuts a piece under ``AUTO_MIN_ENTRIES`` entries: a small micro-batch stays one
+    task per segment (a task costs more than a few entries). ``first_entry(segment)``
+    places a range that starts before the earliest entry, so that it can be split too
+    (only needed when splitting).
     """
+    auto = min_partitions is None
+    wanted = (os.cpu_count() or 1) if auto else min_partitions
+    min_entries = AUTO_MIN_ENTRIES if auto else 1
     s, e = from_offset(start), from_offset(end)
     ranges = [(t, s.get(t, BEFORE), p) for t, p in sorted(e.items()) if p > s.get(t, BEFORE)]
-    if min_partitions > len(ranges) and first_entry is not None:
+    if wanted > len(ranges) and first_entry is not None:
         placed = []
         for t, lo, hi in ranges:
             if lo == BEFORE:
@@ -85,6 +101,6 @@ def plan_partitions(start: dict, end: dict, min_partitions: int = 1,
                     lo = BEFORE if first[0] != hi[0] else (first[0], -1, WHOLE_ENTRY)
             placed.append((t, lo, hi))
         ranges = placed
-    per_segment = -(-min_partitions // max(1, len(ranges)))  # ceil
+    per_segment = -(-wanted // max(1, len(ranges)))  # ceil
     return [SegmentPartition(t, encode(a), encode(b), topic_of(t) if topic_of else t)
-            for t, lo, hi in ranges for a, b in _split(lo, hi, per_segment)]
+            for t, lo, hi in ranges for a, b in _split(lo, hi, per_segment, min_entries)]

@@ -316,7 +316,7 @@ class SourceOptions:
     starting_timestamp_ms: int | None = None
     fail_on_data_loss: bool = True
     data_timeout_ms: int = 30_000  # how long a planned entry may take to arrive
-    min_partitions: int = 1
+    min_partitions: int | None = None  # None: one per core (offsets.plan_partitions)
     client: dict = field(default_factory=dict)
     auth_plugin: str | None = field(default=None, repr=False)
     auth_params: str | None = field(default=None, repr=False)  # a secret: never shown
@@ -391,7 +391,7 @@ class SourceOptions:
             starting_timestamp_ms=ts,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
-            min_partitions=_int(opts, "minpartitions", 1, minimum=1),
+            min_partitions=_int(opts, "minpartitions", None, minimum=1),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             reader=_passthrough(opts, "pulsar.reader.", _reader_settings),

@@ -227,17 +227,22 @@ def batch_size(message_id) -> int | None:
 
 def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
          fail_on_data_loss: bool = True, reader: dict | None = None,
-         batch_end_wait_ms: int = BATCH_END_WAIT_MS) -> Iterator[tuple[Pos, object]]:
+         batch_end_wait_ms: int = BATCH_END_WAIT_MS,
+         kept=None) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters, rather than
     trusting exclusive starts inside batches; never seeks (pulsar-lite cannot).
+    With ``kept`` (``take(key, start)``/``give(key, end, reader)``, such as the Spark
+    workers' ``KeptReaders``), goes on with the reader a range ending at ``start`` left
+    there, and leaves its own there when it read up to ``end`` and not one message past.
     """
     import pulsar
 
     if end <= start:
         return
     settings = {"receiver_queue_size": 2000, **(reader or {})}
+    kept_key = (id(client), segment, tuple(sorted((k, repr(v)) for k, v in settings.items())))
 
     def open_at(at: Pos):
         if at == BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
@@ -249,8 +254,11 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
         return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
                                     **settings)
-    reader = open_at(start)
+    reader = kept.take(kept_key, start) if kept is not None else None
+    if reader is None:
+        reader = open_at(start)
     native = reader._reader
+    done = False  # read up to ``end`` and nothing past it: the reader may be kept
     last: Pos | None = None
     end_size: int | None = None  # messages in the end entry, once one of them is read
     end_ledger, end_entry = end[0], end[1]
@@ -276,6 +284,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                 continue
             except pulsar.Timeout:
                 if at_end_entry:
+                    done = True
                     return  # the end entry's batch is complete
                 if not reader.is_connected():  # an outage, not lost data: never skipped
                     raise BrokerUnavailable(
@@ -323,13 +332,18 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             yield pos, raw
             if at_end_entry:
                 if pos == end or pos[2] < 0:
+                    done = True
                     return
                 if end_size is None:
                     end_size = batch_size(m) or 0
                 if end_size and pos[2] >= end_size - 1:
+                    done = True
                     return  # the end entry's last message: nothing of it is left
     finally:
-        _close_quietly(reader)
+        if done and kept is not None:
+            kept.give(kept_key, end, reader)
+        else:
+            _close_quietly(reader)
 
 
 def _close_quietly(reader) -> None:

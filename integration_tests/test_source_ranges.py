@@ -276,3 +276,70 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
             assert {(r["topic"], r["segment"]) for r in rows} == {(topic, topic)}
     finally:
         src.stop()
+
+
+def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_same(
+        make_client, broker, redis_server, namespace, topic_name, monkeypatch):
+    """A Python worker keeps the reader a task left at its range's end: the next
+    micro-batch's range of that segment goes on from it instead of opening a reader
+    (pulsar-lite keeps state for every reader ever opened: a fresh one per trigger
+    slowed the broker over hours). A range that does not start there (a replay, a
+    retry) opens its own and reads exactly the same rows."""
+    import pulsar
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    import pulsar_txn.spark.partition_reader as partition_reader
+    from pulsar_txn.spark.options import client_kwargs
+    from pulsar_txn.spark.resources import WorkerResources
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
+
+    opened = []
+
+    class Counting:
+        """The real client, counting the readers it opens."""
+
+        def __init__(self, real):
+            self.real = real
+
+        def create_reader(self, *a, **kw):
+            opened.append(a[0])
+            return self.real.create_reader(*a, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    worker = WorkerResources(make_client=lambda o: Counting(
+        pulsar.Client(o.service_url, **client_kwargs(o))))
+    monkeypatch.setattr(partition_reader, "RESOURCES", worker)
+    writer = make_client(sweeper=False)
+    topic = topic_name("kept")
+    p = writer.create_producer(topic)
+    src = PulsarTxnStreamReader({"service.url": broker.service_url,
+                                 "metastore.url": redis_server.url,
+                                 "metastore.namespace": namespace, "topic": topic,
+                                 "startingOffsets": "earliest", "minPartitions": "1"})
+
+    def read(a, b):
+        return [v for part in src.partitions(a, b)
+                for batch in partition_reader.read_partition(src.opts, part)
+                for v in batch.column("value").to_pylist()]
+    try:
+        offsets = [src.initialOffset()]
+        expected = []
+        for round_ in range(5):
+            txn = writer.new_transaction()
+            for i in range(3):
+                p.send(b"r%d-%d" % (round_, i), txn=txn)
+            p.send(b"plain%d" % round_)
+            txn.commit()
+            offsets.append(src.latestOffset(offsets[-1], ReadAllAvailable()))
+            got = read(offsets[-2], offsets[-1])
+            expected.append(got)
+            assert got == [b"r%d-%d" % (round_, i) for i in range(3)] + [b"plain%d" % round_]
+        assert len(opened) == 1, opened  # one reader for five consecutive ranges
+        assert read(offsets[1], offsets[2]) == expected[1]  # a replay: its own reader
+        assert len(opened) == 2
+        assert read(offsets[2], offsets[4]) == expected[2] + expected[3]
+    finally:
+        src.stop()
+        worker.close()

@@ -170,7 +170,8 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
         with naming(opts.service_url, what=f"reading {part.segment}"):
             for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
                                  timeout_ms=opts.data_timeout_ms,
-                                 fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader):
+                                 fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader,
+                                 kept=RESOURCES.readers):
                 props = raw.properties()
                 t = props.get(PROP_TXN)
                 if t is None:

@@ -26,6 +26,7 @@ from typing import Any
 import pulsar
 
 from pulsar_txn.metastore import open_store
+from pulsar_txn.records import Pos
 
 from .options import client_kwargs
 
@@ -48,6 +49,8 @@ class WorkerResources:
         self._producers: dict[tuple, list[Any]] = {}  # (client key, topic, kw) -> [p, used]
         self._stores: dict[tuple, Any] = {}
         self._checked: set[tuple] = set()
+        # readers a task left at its range's end, for the next micro-batch's range
+        self.readers = KeptReaders()
 
     @staticmethod
     def _client_key(opts) -> tuple:
@@ -137,11 +140,15 @@ class WorkerResources:
         for key in [k for k, (_, used) in self._producers.items() if now - used > self._idle_s]:
             _close(self._producers.pop(key)[0])
         in_use = {k[0] for k in self._producers}
-        for key in [k for k, (_, used) in self._clients.items()
-                    if k not in in_use and now - used > self._idle_s]:
+        idle = [k for k, (_, used) in self._clients.items()
+                if k not in in_use and now - used > self._idle_s]
+        if idle:
+            self.readers.close()  # a kept reader never outlives its client
+        for key in idle:
             _close(self._clients.pop(key)[0])
 
     def close(self) -> None:
+        self.readers.close()
         with self._lock:
             producers = [p for p, _ in self._producers.values()]
             clients = [c for c, _ in self._clients.values()]
@@ -151,6 +158,54 @@ class WorkerResources:
             self._stores.clear()
         for thing in (*producers, *clients, *stores):
             _close(thing)
+
+
+class KeptReaders:
+    """Readers left where a scan's range ended, for the next range of that segment.
+
+    A streaming source reads a segment in consecutive ranges, one per micro-batch;
+    going on with the reader the previous range left just past its end avoids
+    opening one per range (pulsar-lite keeps state for every reader ever opened and
+    slows down over hours of triggers). A reader is handed out only to a range that
+    starts exactly where it stopped, so a replay or a retry of an earlier range opens
+    its own and reads the same entries. Readers idle for ``idle_s`` are closed (checked
+    at every take); at most ``limit`` are kept.
+    """
+
+    def __init__(self, idle_s: float = 60.0, limit: int = 64) -> None:
+        self._idle_s, self._limit = idle_s, limit
+        self._lock = threading.Lock()
+        self._kept: dict[tuple, tuple[Pos, object, float]] = {}
+
+    def take(self, key: tuple, start: Pos):
+        """The reader kept for ``key`` if it stopped right after ``start``, else None."""
+        now = time.monotonic()
+        with self._lock:
+            entry = self._kept.pop(key, None)
+            stale = [k for k, (_, _, used) in self._kept.items() if now - used > self._idle_s]
+            closing = [self._kept.pop(k)[1] for k in stale]
+        if entry is not None and entry[0] != start:
+            closing.append(entry[1])
+            entry = None
+        for r in closing:
+            _close(r)
+        return None if entry is None else entry[1]
+
+    def give(self, key: tuple, end: Pos, reader) -> None:
+        with self._lock:
+            old = self._kept.pop(key, None)
+            self._kept[key] = (end, reader, time.monotonic())
+            over = list(self._kept)[:-self._limit] if len(self._kept) > self._limit else []
+            closing = [self._kept.pop(k)[1] for k in over]
+        for r in ([old[1]] if old else []) + closing:
+            _close(r)
+
+    def close(self) -> None:
+        with self._lock:
+            readers = [r for _, r, _ in self._kept.values()]
+            self._kept.clear()
+        for r in readers:
+            _close(r)
 
 
 def _make_client(opts):

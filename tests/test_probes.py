@@ -13,7 +13,7 @@ import pulsar
 import pytest
 
 from pulsar_txn import broker_io
-from pulsar_txn.broker_io import last_entry, last_entry_strict
+from pulsar_txn.broker_io import LastEntryProbes, last_entry, last_entry_strict
 from pulsar_txn.errors import PulsarTxnError
 
 TOPIC = "persistent://public/default/probed"
@@ -45,8 +45,12 @@ class _Broker:
         self.unsubscribe_faults, self.subscribe_faults = unsubscribe_faults, subscribe_faults
         self.subscriptions: set[tuple[str, str]] = set()
         self.read_timeouts = 0
+        self.subscribes: list[tuple[str, str]] = []
+        self.acked: dict[tuple[str, str], tuple[int, int]] = {}  # cumulative, per subscription
+        self.ack_faults = 0
 
     def subscribe(self, topic: str, name: str, **_kw):
+        self.subscribes.append((topic, name))
         self.subscriptions.add((topic, name))
         if self.subscribe_faults:
             self.subscribe_faults -= 1
@@ -69,6 +73,15 @@ class _Consumer:
         if isinstance(last, type):
             raise last("fault injection")
         return _Id(*last)
+
+    def is_connected(self) -> bool:
+        return True
+
+    def acknowledge_cumulative(self, message_id) -> None:
+        if self._b.ack_faults:
+            self._b.ack_faults -= 1
+            raise pulsar.ConnectError("fault injection: connection lost")
+        self._b.acked[self._key] = (message_id.ledger_id(), message_id.entry_id())
 
     def unsubscribe(self) -> None:
         if self._b.unsubscribe_faults:
@@ -162,6 +175,62 @@ def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away
     monkeypatch.setattr(broker_io, "_CLEANUP_BACKOFF_S", 0.0)
     broker = _Broker(unsubscribe_faults=4)
     assert last_entry(broker, TOPIC) == (3, 7)
+    assert broker_io.wait_probe_cleanup(10)
+    assert broker.subscriptions == set()
+
+
+
+# ---- (d) kept probes (the Spark planner's): one subscription per segment, removed ----
+
+def test_kept_probe_subscribes_again_by_its_name_after_a_failed_ask():
+    broker = _Broker(last=(3, 7))
+    probes = LastEntryProbes(broker)
+    assert probes.last(TOPIC) == (3, 7)
+    broker.last = pulsar.Timeout
+    assert probes.last(TOPIC) is None  # unknown, not empty: planning asks again
+    broker.last = (3, 9)
+    assert probes.last(TOPIC) == (3, 9)
+    assert len(broker.subscribes) == 2 and len(set(broker.subscribes)) == 1
+    assert broker.acked[broker.subscribes[0]] == (3, 9)  # pins nothing older
+    probes.close()
+    probes.close()  # idempotent
+    assert broker.subscriptions == set()
+    assert probes.last(TOPIC) is None and len(broker.subscribes) == 2  # none made anew
+
+
+def test_kept_probe_keeps_its_consumer_on_lites_empty_answer():
+    """pulsar-lite answers an empty topic with UnknownError on a consumer that stays
+    connected: a new subscription per trigger is what the kept probe is for avoiding."""
+    broker = _Broker(last=pulsar.UnknownError)
+    probes = LastEntryProbes(broker)
+    assert [probes.last(TOPIC) for _ in range(3)] == [None] * 3
+    broker.last = (4, 0)
+    assert probes.last(TOPIC) == (4, 0)
+    assert len(broker.subscribes) == 1
+    probes.close()
+    assert broker.subscriptions == set()
+
+
+def test_kept_probe_answers_when_its_ack_fails_and_acks_at_the_next_answer():
+    broker = _Broker(last=(3, 7))
+    broker.ack_faults = 1
+    probes = LastEntryProbes(broker)
+    assert probes.last(TOPIC) == (3, 7)
+    assert broker.acked == {}
+    assert probes.last(TOPIC) == (3, 7)
+    assert list(broker.acked.values()) == [(3, 7)]
+    probes.close()
+
+
+def test_kept_probes_are_removed_in_the_background_when_the_broker_is_away(monkeypatch):
+    monkeypatch.setattr(broker_io, "_CLEANUP_BACKOFF_S", 0.0)
+    broker = _Broker(last=(3, 7))
+    probes = LastEntryProbes(broker)
+    assert probes.last(TOPIC) == (3, 7) and probes.last(TOPIC + "-2") == (3, 7)
+    broker.last = pulsar.Timeout
+    assert probes.last(TOPIC + "-2") is None  # its consumer dropped: removed by name
+    broker.unsubscribe_faults = 4
+    probes.close()
     assert broker_io.wait_probe_cleanup(10)
     assert broker.subscriptions == set()
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulsar
 
 from pulsar_txn.admin import admin_request
-from pulsar_txn.broker_io import last_entry, partitions_of, scan
+from pulsar_txn.broker_io import LastEntryProbes, partitions_of, scan
 from pulsar_txn.buffer import TransactionBuffer, max_read_position
 from pulsar_txn.connection import admin_auth, check_reachable
 from pulsar_txn.coordinator import TransactionCoordinator
@@ -65,6 +65,7 @@ class Planner:
         self.opts = opts
         self.store = open_store(opts.metastore_url, namespace=opts.namespace)
         self.pulsar = pulsar.Client(opts.service_url, **client_kwargs(opts))
+        self._probes = LastEntryProbes(self.pulsar)  # one kept probe per segment
         named = [t for t in opts.topics if t.startswith("persistent://")]
         if named:  # a wrong address fails as the query starts, naming the option
             try:
@@ -82,7 +83,7 @@ class Planner:
         self.buffer = TransactionBuffer(self.store)  # ended txns' writes hold no gate
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
-        return last_entry(self.pulsar, segment)
+        return self._probes.last(segment)
 
     def gate(self, segment: str, start: Pos, lac: tuple[int, int] | None = None) -> Pos:
         """Highest position that may be planned now: min(LAC, first OPEN write - 1)."""
@@ -302,5 +303,6 @@ class Planner:
         return admin_auth(self.opts.auth_plugin, self.opts.auth_params, self.opts.client)
 
     def close(self) -> None:
+        self._probes.close()  # before the client: it removes them
         self.pulsar.close()
         self.store.close()

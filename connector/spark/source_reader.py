@@ -10,6 +10,9 @@ and ``Trigger.AvailableNow`` only ever move an end back. ``read`` runs on execut
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
 import time
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
@@ -39,6 +42,31 @@ from .planning import Planner, Unit
 
 log = logging.getLogger("pulsar_txn.spark.source")  # the name users configure: kept
 
+_SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _stop_on_terminate() -> None:
+    """Let Spark's stop of a streaming query run the reader's ``stop()``.
+
+    Spark stops a query by terminating (SIGTERM) the Python process that runs its
+    stream reader, so the runner's ``finally: reader.stop()`` never ran and the
+    planner's kept probe subscriptions outlived the query. In that process only, and
+    only if nobody else handles SIGTERM there, SIGTERM becomes SystemExit: the runner's
+    ``finally`` then stops the reader (the planner removes its probes). A second
+    SIGTERM ends the process at once.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if (getattr(spec, "name", None) != _SOURCE_RUNNER
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return
+
+    def on_terminate(signum, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_terminate)
+
 
 class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """READ_COMMITTED micro-batches: an end offset is each segment's gate, capped by the
@@ -56,6 +84,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def planner(self) -> Planner:
         if self._planner is None:
             self._planner = Planner(self.opts)
+            _stop_on_terminate()
         return self._planner
 
     def _units(self) -> list[Unit]:

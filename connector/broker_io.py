@@ -205,7 +205,10 @@ class LastEntryProbes:
             consumers, subscribed = self._consumers, self._subscribed
             self._consumers, self._subscribed, self._closed = {}, set(), True
         for segment in sorted(subscribed):
-            _drop_probe(self._client, segment, self._name, consumers.get(segment))
+            consumer = consumers.get(segment)
+            if consumer is None and _unsubscribe(self._client, segment, self._name, None):
+                continue  # dropped after a failed ask: removed by name, here and now
+            _drop_probe(self._client, segment, self._name, consumer)
 
 
 def _connected(consumer) -> bool:
@@ -309,9 +312,10 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
 
     Starts the reader *inclusively* at the start entry and filters, rather than
     trusting exclusive starts inside batches; never seeks (pulsar-lite cannot).
-    With ``kept`` (``take(key, start)``/``give(key, end, reader)``, such as the Spark
-    workers' ``KeptReaders``), goes on with the reader a range ending at ``start`` left
-    there, and leaves its own there when it read up to ``end`` and not one message past.
+    With ``kept`` (``take(key, start) -> (reader, where it stopped) | None`` and
+    ``give(key, end, reader)``, such as the Spark workers' ``KeptReaders``), goes on
+    with a reader an earlier range left at or a little before ``start``, and leaves its
+    own there when it read up to ``end`` and not one message past it.
     """
     import pulsar
 
@@ -330,15 +334,18 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
         return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
                                     **settings)
-    reader = kept.take(kept_key, start) if kept is not None else None
-    if reader is None:
+    end_ledger, end_entry = end[0], end[1]
+    last: Pos | None = None
+    at_end_entry = False  # the last message read is of the end entry
+    taken = kept.take(kept_key, start) if kept is not None else None
+    if taken is None:
         reader = open_at(start)
+    else:  # read on from where it stopped, as if it had just read that message
+        reader, last = taken
+        at_end_entry = last[1] == end_entry and last[0] == end_ledger
     native = reader._reader
     done = False  # read up to ``end`` and nothing past it: the reader may be kept
-    last: Pos | None = None
     end_size: int | None = None  # messages in the end entry, once one of them is read
-    end_ledger, end_entry = end[0], end[1]
-    at_end_entry = False  # the last message read is of the end entry
     reconnects = 0
     try:
         while True:

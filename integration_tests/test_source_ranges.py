@@ -283,8 +283,9 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
     """A Python worker keeps the reader a task left at its range's end: the next
     micro-batch's range of that segment goes on from it instead of opening a reader
     (pulsar-lite keeps state for every reader ever opened: a fresh one per trigger
-    slowed the broker over hours). A range that does not start there (a replay, a
-    retry) opens its own and reads exactly the same rows."""
+    slowed the broker over hours), also when the range starts a little further on. A
+    range that starts before it (a replay, a retry) opens its own and reads exactly
+    the same rows."""
     import pulsar
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -340,6 +341,64 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
         assert read(offsets[1], offsets[2]) == expected[1]  # a replay: its own reader
         assert len(opened) == 2
         assert read(offsets[2], offsets[4]) == expected[2] + expected[3]
+        assert len(opened) == 2
+        # a reader a little behind a range's start reads on to it (the other half of a
+        # split range was read by another worker): kept, and not one row of the skipped
+        # entries shows up
+        assert read(offsets[0], offsets[1]) == expected[0]
+        assert len(opened) == 3
+        assert read(offsets[3], offsets[5]) == expected[3] + expected[4]
+        assert len(opened) == 3
     finally:
         src.stop()
+        worker.close()
+
+
+def test_a_kept_reader_on_a_range_with_nothing_left_in_its_end_entry_returns_at_once(
+        make_client, broker, redis_server, namespace, topic_name, monkeypatch):
+    """A micro-batch cut at a message (maxRecordsPerTrigger) that is the topic's last
+    one is followed by a range from that message to the end of its entry: nothing to
+    read. A reader kept at that message must know it is at the end entry already (a
+    fresh one learns it by reading the entry again), or it waits dataTimeoutMs for
+    nothing and then calls the data lost."""
+    import time
+
+    import pulsar
+
+    import pulsar_txn.spark.partition_reader as partition_reader
+    from pulsar_txn.broker_io import scan
+    from pulsar_txn.records import BEFORE
+    from pulsar_txn.spark.offsets import SegmentPartition, encode
+    from pulsar_txn.spark.options import SourceOptions, client_kwargs
+    from pulsar_txn.spark.resources import WorkerResources
+
+    worker = WorkerResources(make_client=lambda o: pulsar.Client(o.service_url,
+                                                                 **client_kwargs(o)))
+    monkeypatch.setattr(partition_reader, "RESOURCES", worker)
+    writer = make_client(sweeper=False)
+    topic = topic_name("cut")
+    p = writer.create_producer(topic)
+    for i in range(3):
+        p.send(b"m%d" % i)
+    probe = pulsar.Client(broker.service_url)
+    try:
+        *_, (last, _) = scan(probe, topic, BEFORE, (2**62, 0, 0), timeout_ms=5_000,
+                             fail_on_data_loss=False)
+    finally:
+        probe.close()
+    opts = SourceOptions.from_options({"service.url": broker.service_url,
+                                       "metastore.url": redis_server.url,
+                                       "metastore.namespace": namespace, "topic": topic,
+                                       "dataTimeoutMs": "5000"})
+
+    def read(a, b):
+        part = SegmentPartition(topic, encode(a), encode(b), topic)
+        return [v for batch in partition_reader.read_partition(opts, part)
+                for v in batch.column("value").to_pylist()]
+    try:
+        assert read(BEFORE, last) == [b"m0", b"m1", b"m2"]  # leaves its reader at `last`
+        t0 = time.monotonic()
+        assert read(last, (last[0], last[1], 2**31 - 1)) == []
+        assert time.monotonic() - t0 < 3
+    finally:
         worker.close()

@@ -40,7 +40,7 @@ def test_plan_uses_every_core_by_default_but_never_cuts_tiny_pieces(monkeypatch)
     costs more than a few entries."""
     import pulsar_txn.spark.offsets as offsets
 
-    monkeypatch.setattr(offsets.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(offsets, "cores", lambda: 4)
     big = plan_partitions({"t": f"7:-1:{WHOLE_ENTRY}"}, {"t": f"7:999:{WHOLE_ENTRY}"}, None)
     assert len(big) == 4
     assert _entries([(tuple(map(int, p.start.split(":"))), tuple(map(int, p.end.split(":"))))
@@ -62,3 +62,30 @@ def test_min_partitions_option_defaults_to_automatic():
                                        "metastore.url": "redis://127.0.0.1:6379",
                                        "topic": "persistent://public/default/t"})
     assert opts.min_partitions is None
+
+
+def test_an_automatic_split_never_fails_a_plan_a_requested_one_may():
+    """Placing a range that starts before the earliest entry needs the first entry: if
+    that cannot be read now, an automatic split reads the range whole instead."""
+    import pytest
+
+    from pulsar_txn.errors import BrokerUnavailable
+
+    def first_entry(_t):
+        raise BrokerUnavailable("no answer")
+
+    whole = plan_partitions({"t": "-1:-1:-1"}, {"t": f"7:999:{WHOLE_ENTRY}"}, None,
+                            first_entry=first_entry)
+    assert [(p.start, p.end) for p in whole] == [("-1:-1:-1", f"7:999:{WHOLE_ENTRY}")]
+    with pytest.raises(BrokerUnavailable):
+        plan_partitions({"t": "-1:-1:-1"}, {"t": f"7:999:{WHOLE_ENTRY}"}, 2,
+                        first_entry=first_entry)
+
+
+def test_cores_follow_the_process_affinity():
+    import os
+
+    import pulsar_txn.spark.offsets as offsets
+
+    if hasattr(os, "sched_getaffinity"):
+        assert offsets.cores() == len(os.sched_getaffinity(0))

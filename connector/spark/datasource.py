@@ -137,8 +137,9 @@ class PulsarTxnDataSource(DataSource):
     endingOffsets : ``latest`` (the gate now)
         Batch only; the same JSON form, inclusive.
     minPartitions : one per core
-        Split the segments' ranges (by entry id, within a ledger) into at least N
-        partitions. Unset: one per core of the driver's machine (every core in
+        Split the segments' ranges into up to N partitions in all (by entry id,
+        within a ledger: a range across ledgers, or of N entries or fewer, stays
+        whole). Unset: one per core the driver process may use (every core in
         ``local[*]``; on a cluster set it to the executors' cores), never a piece
         under 16 entries, so a small micro-batch stays one task per segment.
     maxRecordsPerTrigger : —

@@ -54,6 +54,15 @@ def entries_between(end: Pos, lac: tuple[int, int]) -> int:
 AUTO_MIN_ENTRIES = 16  # an automatic split never makes a piece of fewer entries
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container or
+    ``taskset`` limits it), not the host's: the automatic ``minPartitions``."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _split(start: Pos, end: Pos, pieces: int, min_entries: int = 1) -> list[tuple[Pos, Pos]]:
     """Split (start, end] into up to ``pieces`` ranges by entry id, within one ledger,
     none of fewer than ``min_entries`` entries (when that is asked).
@@ -78,15 +87,15 @@ def plan_partitions(start: dict, end: dict, min_partitions: int | None = 1,
                     first_entry=None, topic_of=None) -> list[SegmentPartition]:
     """One partition per segment range, split further when ``min_partitions`` asks.
 
-    ``min_partitions=None`` (the option unset) asks for one partition per core of
-    this machine, so a large batch is read by every core without tuning, but never
-    cuts a piece under ``AUTO_MIN_ENTRIES`` entries: a small micro-batch stays one
-    task per segment (a task costs more than a few entries). ``first_entry(segment)``
-    places a range that starts before the earliest entry, so that it can be split too
-    (only needed when splitting).
+    ``min_partitions=None`` (the option unset) asks for one partition per core this
+    process may use (:func:`cores`), so a large batch is read by every core without
+    tuning, but never cuts a piece under ``AUTO_MIN_ENTRIES`` entries: a small
+    micro-batch stays one task per segment (a task costs more than a few entries).
+    ``first_entry(segment)`` places a range that starts before the earliest entry, so
+    that it can be split too (only needed when splitting).
     """
     auto = min_partitions is None
-    wanted = (os.cpu_count() or 1) if auto else min_partitions
+    wanted = cores() if auto else min_partitions
     min_entries = AUTO_MIN_ENTRIES if auto else 1
     s, e = from_offset(start), from_offset(end)
     ranges = [(t, s.get(t, BEFORE), p) for t, p in sorted(e.items()) if p > s.get(t, BEFORE)]
@@ -94,7 +103,12 @@ def plan_partitions(start: dict, end: dict, min_partitions: int | None = 1,
         placed = []
         for t, lo, hi in ranges:
             if lo == BEFORE:
-                first = first_entry(t)
+                try:
+                    first = first_entry(t)
+                except Exception:  # noqa: BLE001 - only to split: asked for, it must work
+                    if not auto:
+                        raise
+                    first = None  # an automatic split is an optimisation: read it whole
                 if first is not None and first[1] > 0:
                     lo = (first[0], first[1] - 1, WHOLE_ENTRY)
                 elif first is not None:

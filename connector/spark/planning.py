@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulsar
 
 from pulsar_txn.admin import admin_request
-from pulsar_txn.broker_io import LastEntryProbes, partitions_of, scan
+from pulsar_txn.broker_io import LastEntryProbes, partitions_of, scan, wait_probe_cleanup
 from pulsar_txn.buffer import TransactionBuffer, max_read_position
 from pulsar_txn.connection import admin_auth, check_reachable
 from pulsar_txn.coordinator import TransactionCoordinator
@@ -304,5 +304,6 @@ class Planner:
 
     def close(self) -> None:
         self._probes.close()  # before the client: it removes them
+        wait_probe_cleanup(10.0)  # removals left to the background need the client
         self.pulsar.close()
         self.store.close()

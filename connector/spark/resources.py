@@ -59,6 +59,7 @@ class WorkerResources:
     def begin_task(self) -> None:
         """Close what no task borrowed for ``idle_s``. Called as a task starts, when the
         worker holds nothing for a running task (one task at a time per worker)."""
+        self.readers.sweep()
         with self._lock:
             self._evict_idle()
 
@@ -167,29 +168,45 @@ class KeptReaders:
     going on with the reader the previous range left just past its end avoids
     opening one per range (pulsar-lite keeps state for every reader ever opened and
     slows down over hours of triggers). A reader is handed out only to a range that
-    starts exactly where it stopped, so a replay or a retry of an earlier range opens
-    its own and reads the same entries. Readers idle for ``idle_s`` are closed (checked
-    at every take); at most ``limit`` are kept.
+    starts where it stopped or a little further on in the same ledger (at most
+    ``max_skip`` entries: the scan reads on and drops what lies before the start, e.g.
+    the half of a split range another worker read); a replay or a retry of an earlier
+    range opens its own and reads the same entries. Readers idle for ``idle_s`` are
+    closed (checked at every take); at most ``limit`` are kept.
     """
 
-    def __init__(self, idle_s: float = 60.0, limit: int = 64) -> None:
-        self._idle_s, self._limit = idle_s, limit
+    def __init__(self, idle_s: float = 60.0, limit: int = 16, max_skip: int = 256) -> None:
+        self._idle_s, self._limit, self._max_skip = idle_s, limit, max_skip
         self._lock = threading.Lock()
         self._kept: dict[tuple, tuple[Pos, object, float]] = {}
 
     def take(self, key: tuple, start: Pos):
-        """The reader kept for ``key`` if it stopped right after ``start``, else None."""
+        """(reader, where it stopped) kept for ``key`` if it stopped at ``start`` or a
+        little before it (never after it: it would miss entries), else None."""
         now = time.monotonic()
         with self._lock:
             entry = self._kept.pop(key, None)
             stale = [k for k, (_, _, used) in self._kept.items() if now - used > self._idle_s]
             closing = [self._kept.pop(k)[1] for k in stale]
-        if entry is not None and entry[0] != start:
+        if entry is not None and not self._near_before(entry[0], start):
             closing.append(entry[1])
             entry = None
         for r in closing:
             _close(r)
-        return None if entry is None else entry[1]
+        return None if entry is None else (entry[1], entry[0])
+
+    def sweep(self) -> None:
+        """Close the readers idle for ``idle_s`` (each one prefetches while kept)."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [k for k, (_, _, used) in self._kept.items() if now - used > self._idle_s]
+            closing = [self._kept.pop(k)[1] for k in stale]
+        for r in closing:
+            _close(r)
+
+    def _near_before(self, stopped: Pos, start: Pos) -> bool:
+        return stopped == start or (stopped < start and stopped[0] == start[0]
+                                    and 0 <= start[1] - stopped[1] <= self._max_skip)
 
     def give(self, key: tuple, end: Pos, reader) -> None:
         with self._lock:

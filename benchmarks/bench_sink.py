@@ -3,11 +3,15 @@
     python benchmarks/bench_sink.py [--rows 1000000] [--files 10]   (PULSAR_TXN_BROKER)
 
 Input: JSON files read with maxFilesPerTrigger=1 and a 1 s processing-time
-trigger. Two baselines measured in the same run: a plain pulsar-client producer in
+trigger. Sink runs alternate transactional and not, best of two each. Baselines
+measured in the same run: a plain pulsar-client producer in
 one thread (``send_async`` without a callback, the sink's batching, the same keys and
 100-byte values: the delivery limit), and the same sink with
 ``transactional=false`` (plain appends, same producer settings) in the same Spark
-session. Prints rows/s of each, the ratios, and metastore writes per batch. Not a test.
+session. Where the time goes (``profile``): the same producer with a no-op Python
+callback per message (what learning each append's outcome costs through pulsar-client
+3.x), and the same query into Spark's ``noop`` sink. Prints rows/s of each, the
+ratios, and metastore writes per batch. Not a test.
 """
 
 from __future__ import annotations
@@ -151,8 +155,12 @@ def main() -> None:
         with_callback = max((plain_producer(services, args.rows, callback=True)
                              for _ in range(2)), key=lambda r: r["msgs_per_s"])
         floor = spark_floor(spark, inputs, args.rows)
-        plain = run(spark, services, inputs, args.rows, False, ns)
-        txn = run(spark, services, inputs, args.rows, True, ns)
+        # alternated, best of two each: one run's noise (GC, the broker's own work on
+        # 2 shared cores) otherwise decides a ratio meant to be ~1
+        runs = [run(spark, services, inputs, args.rows, t, ns) for t in (False, True) * 2]
+        plain = max((r for r in runs if not r["transactional"]),
+                    key=lambda r: r["rows_per_s_wall"])
+        txn = max((r for r in runs if r["transactional"]), key=lambda r: r["rows_per_s_wall"])
         results.update(profile={
             "plain_producer_with_per_message_callback": with_callback,
             "callback_producer_vs_plain_producer": with_callback["msgs_per_s"]

@@ -63,25 +63,33 @@ def executor_path(opts: dict, topic: str) -> tuple[float, int, list]:
 
 
 def spark_floor(spark, batches: list, partitions: int) -> float:
-    """Seconds for Spark to take the same Arrow batches from a Python source that
-    holds them in memory, ``partitions`` tasks, into ``noop``: Spark's own cost of a
-    Python data source on this machine, which no connector code can go below."""
+    """Seconds for Spark to take as many rows, in the source's own Arrow batches, from
+    a Python source that holds them in memory (``partitions`` tasks) into ``noop``:
+    Spark's own cost of a Python data source on this machine, which no connector code
+    can go below."""
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from pulsar_txn.spark.partition_reader import SCHEMA
 
     table = pa.Table.from_batches(batches)
-    per = -(-table.num_rows // partitions)
-    slices = [table.slice(i * per, per).to_batches(max_chunksize=4096)
-              for i in range(partitions)]
+    rows = table.num_rows
+    # one real batch of the source's, handed out again and again: a task's input
+    # costs Spark the same per row, and the pickled reader stays small (the whole
+    # table in it once ran the driver's JVM out of heap)
+    template = table.slice(0, 4096).combine_chunks().to_batches()[0]
+    per = -(-rows // partitions)
 
     class _Reader(DataSourceReader):
         def partitions(self):
             return [InputPartition(i) for i in range(partitions)]
 
         def read(self, partition):
-            yield from slices[partition.value]
+            left = min(per, rows - partition.value * per)
+            while left > 0:
+                batch = template if left >= template.num_rows else template.slice(0, left)
+                left -= batch.num_rows
+                yield batch
 
     class _Memory(DataSource):
         @classmethod

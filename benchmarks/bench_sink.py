@@ -37,20 +37,20 @@ def metastore_writes(r: redis.Redis) -> int:
                if k in ("cmdstat_evalsha", "cmdstat_incrby", "cmdstat_hset", "cmdstat_del"))
 
 
-def run(spark, services, inputs: Path, rows: int, transactional: bool, ns: str) -> dict:
+def _query(spark, inputs: Path, fmt: str, options: dict):
+    """The benchmark's streaming job: JSON files, one per 1 s trigger, into ``fmt``."""
     from pyspark.sql import functions as F
 
-    ckpt = tempfile.mkdtemp(prefix="ckpt-")
-    topic = f"persistent://public/default/bench-sink-{uuid.uuid4().hex[:8]}"
-    r = redis.Redis.from_url(services.metastore_url)
-    before = metastore_writes(r)
     src = (spark.readStream.schema("id long, payload string").option("maxFilesPerTrigger", 1)
            .json(str(inputs)))
-    q = (src.select(F.col("id").cast("string").alias("key"), F.col("payload").alias("value"))
-         .writeStream.format("pulsar-txn").option("service.url", services.service_url)
-         .option("metastore.url", services.metastore_url).option("metastore.namespace", ns)
-         .option("topic", topic).option("transactional", str(transactional).lower())
-         .option("checkpointLocation", ckpt).trigger(processingTime="1 second").start())
+    return (src.select(F.col("id").cast("string").alias("key"), F.col("payload").alias("value"))
+            .writeStream.format(fmt).options(**options)
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="ckpt-"))
+            .trigger(processingTime="1 second").start())
+
+
+def _drive(q, rows: int) -> dict:
+    """Wait until the query took ``rows`` rows; its rates, wall-clock and addBatch only."""
     t0 = time.perf_counter()
     done = 0
     while done < rows:
@@ -62,37 +62,27 @@ def run(spark, services, inputs: Path, rows: int, transactional: bool, ns: str) 
     progress = [p for p in q.recentProgress if p["numInputRows"]]
     q.stop()
     add_batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in progress)
+    return {"rows": done, "batches": len(progress), "wall_s": wall,
+            "rows_per_s_wall": done / wall, "rows_per_s_addBatch": done / (add_batch_ms / 1000)}
+
+
+def run(spark, services, inputs: Path, rows: int, transactional: bool, ns: str) -> dict:
+    topic = f"persistent://public/default/bench-sink-{uuid.uuid4().hex[:8]}"
+    r = redis.Redis.from_url(services.metastore_url)
+    before = metastore_writes(r)
+    q = _query(spark, inputs, "pulsar-txn", {
+        "service.url": services.service_url, "metastore.url": services.metastore_url,
+        "metastore.namespace": ns, "topic": topic, "transactional": str(transactional).lower()})
+    out = _drive(q, rows)
     writes = metastore_writes(r) - before
-    return {"transactional": transactional, "rows": done, "batches": len(progress),
-            "wall_s": wall, "rows_per_s_wall": done / wall,
-            "rows_per_s_addBatch": done / (add_batch_ms / 1000),
-            "metastore_writes_per_batch": writes / max(1, len(progress))}
+    return {"transactional": transactional, **out,
+            "metastore_writes_per_batch": writes / max(1, out["batches"])}
 
 
 def spark_floor(spark, inputs: Path, rows: int) -> dict:
     """The same streaming query into Spark's ``noop`` sink: what reading the input and
     running the micro-batches costs Spark itself, with no connector in the way."""
-    from pyspark.sql import functions as F
-
-    ckpt = tempfile.mkdtemp(prefix="ckpt-")
-    src = (spark.readStream.schema("id long, payload string").option("maxFilesPerTrigger", 1)
-           .json(str(inputs)))
-    q = (src.select(F.col("id").cast("string").alias("key"), F.col("payload").alias("value"))
-         .writeStream.format("noop").option("checkpointLocation", ckpt)
-         .trigger(processingTime="1 second").start())
-    t0 = time.perf_counter()
-    done = 0
-    while done < rows:
-        time.sleep(0.2)
-        done = sum(p["numInputRows"] for p in q.recentProgress)
-        if q.exception():
-            raise q.exception()
-    wall = time.perf_counter() - t0
-    progress = [p for p in q.recentProgress if p["numInputRows"]]
-    q.stop()
-    add_batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in progress)
-    return {"rows": done, "wall_s": wall, "rows_per_s_wall": done / wall,
-            "rows_per_s_addBatch": done / (add_batch_ms / 1000)}
+    return _drive(_query(spark, inputs, "noop", {}), rows)
 
 
 def plain_producer(services, rows: int, callback: bool = False) -> dict:

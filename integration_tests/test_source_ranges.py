@@ -6,6 +6,16 @@ from __future__ import annotations
 from pulsar_txn.state import TxnState
 
 
+def _stream_reader(broker, redis_server, namespace, topic, **options):
+    """The source's driver side (what Spark calls), reading ``topic`` from the earliest."""
+    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
+
+    return PulsarTxnStreamReader({"service.url": broker.service_url,
+                                  "metastore.url": redis_server.url,
+                                  "metastore.namespace": namespace, "topic": topic,
+                                  "startingOffsets": "earliest", **options})
+
+
 def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
         make_client, broker, redis_server, namespace, topic_name):
     """An OPEN txn's first entry at entry 0 of a ledger puts the gate at "the end of the
@@ -15,7 +25,6 @@ def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pulsar_txn.spark.partition_reader import read_partition
-    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     for _ in range(2):  # ledger ids are global: the topic's first ledger is not 0
@@ -25,10 +34,7 @@ def test_range_starting_just_below_a_ledgers_first_entry_reads_that_ledger(
     held = writer.new_transaction()
     p.send(b"held", txn=held)  # entry 0 of the topic's ledger
     p.send(b"plain")
-    src = PulsarTxnStreamReader({"service.url": broker.service_url,
-                                 "metastore.url": redis_server.url,
-                                 "metastore.namespace": namespace, "topic": topic,
-                                 "startingOffsets": "earliest"})
+    src = _stream_reader(broker, redis_server, namespace, topic)
     try:
         start = src.initialOffset()
         first = src.latestOffset(start, ReadAllAvailable())
@@ -53,7 +59,6 @@ def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_
 
     from pulsar_txn.records import BEFORE_EARLIEST
     from pulsar_txn.spark.offsets import SegmentPartition, encode
-    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     topic = topic_name("held")
@@ -65,10 +70,7 @@ def _range_over_an_open_txn(make_client, broker, redis_server, namespace, topic_
     raw = writer.pulsar.create_reader(p.segment, pulsar.MessageId.earliest)
     last = [raw.read_next(5000).message_id() for _ in range(3)][-1]
     raw.close()
-    src = PulsarTxnStreamReader({"service.url": broker.service_url,
-                                 "metastore.url": redis_server.url,
-                                 "metastore.namespace": namespace, "topic": topic,
-                                 "startingOffsets": "earliest"})
+    src = _stream_reader(broker, redis_server, namespace, topic)
     part = SegmentPartition(p.segment, encode((BEFORE_EARLIEST.ledger, BEFORE_EARLIEST.entry,
                                                -1)),
                             encode((last.ledger_id(), last.entry_id(), -1)), topic)
@@ -234,7 +236,6 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pulsar_txn.spark.partition_reader import read_partition
-    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     writer = make_client(sweeper=False)
     topic = topic_name("fields")
@@ -249,10 +250,7 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
     a.commit()
     b.abort()
     c.commit()
-    src = PulsarTxnStreamReader({"service.url": broker.service_url,
-                                 "metastore.url": redis_server.url,
-                                 "metastore.namespace": namespace, "topic": topic,
-                                 "startingOffsets": "earliest"})
+    src = _stream_reader(broker, redis_server, namespace, topic)
     try:
         start = src.initialOffset()
         end = src.latestOffset(start, ReadAllAvailable())
@@ -292,7 +290,6 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
     import pulsar_txn.spark.partition_reader as partition_reader
     from pulsar_txn.spark.options import client_kwargs
     from pulsar_txn.spark.resources import WorkerResources
-    from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
     opened = []
 
@@ -315,10 +312,7 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
     writer = make_client(sweeper=False)
     topic = topic_name("kept")
     p = writer.create_producer(topic)
-    src = PulsarTxnStreamReader({"service.url": broker.service_url,
-                                 "metastore.url": redis_server.url,
-                                 "metastore.namespace": namespace, "topic": topic,
-                                 "startingOffsets": "earliest", "minPartitions": "1"})
+    src = _stream_reader(broker, redis_server, namespace, topic, minPartitions="1")
 
     def read(a, b):
         return [v for part in src.partitions(a, b)

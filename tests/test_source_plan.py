@@ -89,3 +89,20 @@ def test_cores_follow_the_process_affinity():
 
     if hasattr(os, "sched_getaffinity"):
         assert offsets.cores() == len(os.sched_getaffinity(0))
+
+
+def test_a_streaming_micro_batch_is_split_only_when_it_is_a_backlog(monkeypatch):
+    """A streaming query's usual micro-batch (a trigger's worth of entries) stays one
+    task per segment: two tasks cost two tasks' start-up each trigger, and readers a
+    worker keeps would each read the whole stream. Only a backlog (many entries) is
+    split; a batch query's range is split from a few entries on."""
+    import pulsar_txn.spark.offsets as offsets
+
+    monkeypatch.setattr(offsets, "cores", lambda: 2)
+    trigger = {"t": f"7:{offsets.STREAM_MIN_ENTRIES * 2 - 2}:{WHOLE_ENTRY}"}
+    start = {"t": f"7:-1:{WHOLE_ENTRY}"}
+    assert len(plan_partitions(start, trigger, None, streaming=True)) == 1
+    assert len(plan_partitions(start, trigger, None)) == 2
+    backlog = {"t": f"7:{offsets.STREAM_MIN_ENTRIES * 2 - 1}:{WHOLE_ENTRY}"}
+    assert len(plan_partitions(start, backlog, None, streaming=True)) == 2
+    assert len(plan_partitions(start, trigger, 2, streaming=True)) == 2  # asked for

@@ -141,7 +141,8 @@ class PulsarTxnDataSource(DataSource):
         within a ledger: a range across ledgers, or of N entries or fewer, stays
         whole). Unset: one per core the driver process may use (every core in
         ``local[*]``; on a cluster set it to the executors' cores), never a piece
-        under 16 entries, so a small micro-batch stays one task per segment.
+        under 16 entries, nor under 512 in a streaming micro-batch (a usual
+        trigger's worth stays one task per segment; a backlog is split).
     maxRecordsPerTrigger : —
         At most N messages per micro-batch (over all topics, aborted entries included).
     maxBytesPerTrigger : —

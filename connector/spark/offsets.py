@@ -52,6 +52,11 @@ def entries_between(end: Pos, lac: tuple[int, int]) -> int:
 
 
 AUTO_MIN_ENTRIES = 16  # an automatic split never makes a piece of fewer entries
+# ... and a streaming micro-batch's piece never fewer than this: a usual trigger's worth
+# of entries stays one task per segment (a second task costs its start-up every
+# trigger, and the readers workers keep would each read the whole stream); a backlog
+# is split
+STREAM_MIN_ENTRIES = 512
 
 
 def cores() -> int:
@@ -84,19 +89,21 @@ def _split(start: Pos, end: Pos, pieces: int, min_entries: int = 1) -> list[tupl
 
 
 def plan_partitions(start: dict, end: dict, min_partitions: int | None = 1,
-                    first_entry=None, topic_of=None) -> list[SegmentPartition]:
+                    first_entry=None, topic_of=None,
+                    streaming: bool = False) -> list[SegmentPartition]:
     """One partition per segment range, split further when ``min_partitions`` asks.
 
     ``min_partitions=None`` (the option unset) asks for one partition per core this
     process may use (:func:`cores`), so a large batch is read by every core without
-    tuning, but never cuts a piece under ``AUTO_MIN_ENTRIES`` entries: a small
-    micro-batch stays one task per segment (a task costs more than a few entries).
+    tuning, but never cuts a piece under ``AUTO_MIN_ENTRIES`` entries (a task costs
+    more than a few entries), nor, for a ``streaming`` micro-batch, under
+    ``STREAM_MIN_ENTRIES``: only a backlog is split there.
     ``first_entry(segment)`` places a range that starts before the earliest entry, so
     that it can be split too (only needed when splitting).
     """
     auto = min_partitions is None
     wanted = cores() if auto else min_partitions
-    min_entries = AUTO_MIN_ENTRIES if auto else 1
+    min_entries = (STREAM_MIN_ENTRIES if streaming else AUTO_MIN_ENTRIES) if auto else 1
     s, e = from_offset(start), from_offset(end)
     ranges = [(t, s.get(t, BEFORE), p) for t, p in sorted(e.items()) if p > s.get(t, BEFORE)]
     if wanted > len(ranges) and first_entry is not None:

@@ -182,7 +182,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def partitions(self, start: dict, end: dict) -> list[SegmentPartition]:
         return plan_partitions(start, end, self.opts.min_partitions, self.planner.first_entry,
-                               self.planner.topic_of)
+                               self.planner.topic_of, streaming=True)
 
     def read(self, partition):
         return read_partition(self.opts, partition)

@@ -347,9 +347,13 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     done = False  # read up to ``end`` and nothing past it: the reader may be kept
     end_size: int | None = None  # messages in the end entry, once one of them is read
     reconnects = 0
+    reopened = False  # a new reader's first message (a redelivery) is not here yet
     try:
         while True:
-            wait = batch_end_wait_ms if at_end_entry else timeout_ms
+            # the short wait only answers "is more of an entry of unknown size coming?";
+            # an entry known to hold more, or a reader just re-opened, gets the full one
+            short = at_end_entry and not end_size and not reopened
+            wait = batch_end_wait_ms if short else timeout_ms
             try:
                 raw = native.read_next(wait)
             except (pulsar.NotConnected, pulsar.AlreadyClosed, pulsar.ConnectError) as e:
@@ -364,11 +368,17 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                 _close_quietly(reader)
                 reader = open_at((last[0], last[1], -1) if last is not None else start)
                 native = reader._reader
+                reopened = True
                 continue
             except pulsar.Timeout:
-                if at_end_entry:
+                if at_end_entry and not end_size:
                     done = True
-                    return  # the end entry's batch is complete
+                    return  # nothing more of the end entry came: its batch is complete
+                if at_end_entry:  # its size is known and messages of it are missing
+                    raise BrokerUnavailable(
+                        f"{segment}: entry {end_ledger}:{end_entry} holds {end_size} "
+                        f"messages but none after {pos_text(last or start)} arrived within "
+                        f"{wait} ms; the range is not skipped: it is read again") from None
                 if not reader.is_connected():  # an outage, not lost data: never skipped
                     raise BrokerUnavailable(
                         f"{segment}: the broker was unreachable for {timeout_ms} ms while "
@@ -401,6 +411,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                     raise DataLoss(msg) from None
                 log.warning("%s (failOnDataLoss=false: skipped)", msg)
                 return
+            reopened = False
             m = raw.message_id()
             pos = (m.ledger_id(), m.entry_id(), m.batch_index())
             if last is not None and pos <= last:

@@ -229,8 +229,9 @@ def test_a_range_ending_at_a_batched_last_entry_ends_without_waiting_for_more(
 def test_source_rows_carry_every_field_and_only_committed_rows(
         make_client, broker, redis_server, namespace, topic_name):
     """Each delivered row carries its message's key, value, user properties (never the
-    transaction's own), event and publish time, id and txn; an aborted txn's rows are
-    dropped between committed and plain ones, whatever the Arrow batch size."""
+    transaction's own), event and publish time, id and txn; an aborted txn's rows, and
+    entries stamped by another deployment or with a malformed txn id, are dropped
+    between committed and plain ones, whatever the Arrow batch size."""
     import datetime
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -246,6 +247,9 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
     p.send(b"a2", txn=a)
     p.send(b"p1", properties={"x": "y"})
     p.send(b"p2")
+    # never delivered: a committed txn's id stamped by another deployment, and garbage
+    p.native.send(b"f1", properties={"__ptxn.txn": str(a.id), "__ptxn.dep": "elsewhere"})
+    p.native.send(b"g1", properties={"__ptxn.txn": "garbage"})
     p.send(b"c1", key="k3", txn=c)
     a.commit()
     b.abort()

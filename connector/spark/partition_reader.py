@@ -114,14 +114,14 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     watch = None
     parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
     try:
-        def txn_of(t: str, pos: str) -> TxnId | None:
+        def txn_of(t: str, rows: _Columns) -> TxnId | None:
             if t not in parsed:
                 try:
                     parsed[t] = TxnId.parse(t)
                 except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
                     log.warning("%s: message %s: its %s property %r is malformed or of "
                                 "another deployment; it is never delivered", part.segment,
-                                pos, PROP_TXN, t)
+                                rows.ids[rows.txns.index(t)], PROP_TXN, t)
                     parsed[t] = None
             return parsed[t]
 
@@ -146,11 +146,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
             pairs.discard((None, ""))
             if not pairs:
                 return None
-            first = {}
-            for t, i in zip(rows.txns, rows.ids):  # the first row of each txn, for its log
-                if t is not None and t not in first:
-                    first[t] = i
-            ok = {p: txn_of(p[0], first[p[0]]) for p in pairs}
+            ok = {p: txn_of(p[0], rows) for p in pairs}
             valid = [p for p in pairs if ok[p] is not None]
             given = dict(zip(valid, tb.classify(part.segment, [(ok[p], p[1]) for p in valid])
                              if valid else []))

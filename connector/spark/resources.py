@@ -183,16 +183,12 @@ class KeptReaders:
     def take(self, key: tuple, start: Pos):
         """(reader, where it stopped) kept for ``key`` if it stopped at ``start`` or a
         little before it (never after it: it would miss entries), else None."""
-        now = time.monotonic()
         with self._lock:
             entry = self._kept.pop(key, None)
-            stale = [k for k, (_, _, used) in self._kept.items() if now - used > self._idle_s]
-            closing = [self._kept.pop(k)[1] for k in stale]
+        self.sweep()
         if entry is not None and not self._near_before(entry[0], start):
-            closing.append(entry[1])
+            _close(entry[1])
             entry = None
-        for r in closing:
-            _close(r)
         return None if entry is None else (entry[1], entry[0])
 
     def sweep(self) -> None:

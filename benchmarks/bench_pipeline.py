@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import local_spark, machine
+from common import cpu_by_role, local_spark, machine
 
 from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.errors import ReadTimeout
@@ -86,22 +86,67 @@ def produce(client: PulsarTxnClient, topic: str, rate: float, per_txn: int, stop
             time.sleep(ahead)
 
 
-def windows(progress: list[dict], t0: float, minute: float) -> list[dict]:
+class Progress:
+    """Every micro-batch's progress, as Spark reports it (a listener: constant work per
+    batch; polling ``recentProgress`` fetches the whole history on each call, a cost
+    that grows with the run and showed as a trend of its own)."""
+
+    def __init__(self, spark) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.items: list[dict] = []
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:
+                pass
+
+            def onQueryProgress(inner, event) -> None:  # noqa: N805
+                p = event.progress
+                self.items.append({"batchId": p.batchId, "durationMs": dict(p.durationMs),
+                                   "numInputRows": p.numInputRows,
+                                   "_at": time.monotonic()})
+
+            def onQueryIdle(self, event) -> None:
+                pass
+
+            def onQueryTerminated(self, event) -> None:
+                pass
+
+        self.listener = _Listener()
+        spark.streams.addListener(self.listener)
+
+
+def windows(progress: list[dict], cpu: list[tuple[float, dict[str, float]]], t0: float,
+            minute: float) -> list[dict]:
+    """Per ``minute``: the micro-batches' mean durations, and each process role's CPU
+    use in cores (cpu_by_role), so a trend can be laid at the right door."""
     out: dict[int, dict[str, list[float]]] = {}
     for p in progress:
         w = int((p["_at"] - t0) // minute)
         for part in PARTS:
             out.setdefault(w, {}).setdefault(part, []).append(p["durationMs"].get(part, 0))
         out[w].setdefault("rows", []).append(p["numInputRows"])
+    ends: dict[int, tuple[float, dict[str, float]]] = {}
+    for at, used in cpu:  # the last sample of each window
+        ends[int((at - t0) // minute)] = (at, used)
+    cores: dict[int, dict[str, float]] = {}
+    prev = cpu[0] if cpu else None
+    for w in sorted(ends):
+        at, used = ends[w]
+        if prev is not None and at > prev[0]:
+            cores[w] = {r: round((used.get(r, 0) - prev[1].get(r, 0)) / (at - prev[0]), 2)
+                        for r in sorted(used)}
+        prev = ends[w]
     return [{"window": w, "batches": len(v["triggerExecution"]),
              "rows": int(sum(v["rows"])),
-             **{f"{k}_ms": round(statistics.mean(v[k]), 1) for k in PARTS}}
+             **{f"{k}_ms": round(statistics.mean(v[k]), 1) for k in PARTS},
+             "cpu_cores": cores.get(w, {})}
             for w, v in sorted(out.items())]
 
 
 def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: float) -> dict:
     spark = local_spark()
-    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    progress = Progress(spark)
     from pyspark.sql import functions as F
 
     with Services() as services:
@@ -129,20 +174,18 @@ def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: floa
         committed: dict[int, float] = {}
         t0 = time.monotonic()
         stop = t0 + seconds
-        progress: list[dict] = []
-        seen_batches: set[int] = set()
+        cpu = [(t0, cpu_by_role())]
+        first_batch = len(progress.items)  # the query's first (empty) batch is not timed
         prod = threading.Thread(target=produce, args=(client, src_topic, rate, per_txn, stop,
                                                       committed), daemon=True)
         prod.start()
         while prod.is_alive() or time.monotonic() < stop + 5:
             time.sleep(1.0)
-            for p in query.recentProgress:
-                if p["batchId"] not in seen_batches:
-                    seen_batches.add(p["batchId"])
-                    progress.append({**p, "_at": time.monotonic()})
+            cpu.append((time.monotonic(), cpu_by_role()))
             if not prod.is_alive() and len(downstream.seen) >= len(committed):
                 break
         query.stop()
+        spark.streams.removeListener(progress.listener)
         for w in (downstream, upstream):
             w.halt.set()
             w.join(5)
@@ -160,7 +203,7 @@ def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: floa
             "baseline_upstream_visible_p50_ms": pct(floor_ms, 0.5),
             "baseline_upstream_visible_p99_ms": pct(floor_ms, 0.99),
             "target_p50_ms": 200,
-            "per_window": windows(progress, t0, minute)}
+            "per_window": windows(progress.items[first_batch:], cpu, t0, minute)}
 
 
 def main() -> None:
@@ -180,7 +223,8 @@ def main() -> None:
     print(text)
     for w in result["per_window"]:
         print(f"window {w['window']}: {w['batches']} batches, {w['rows']} rows; mean ms: " +
-              ", ".join(f"{k} {w[f'{k}_ms']}" for k in PARTS))
+              ", ".join(f"{k} {w[f'{k}_ms']}" for k in PARTS) + "; CPU cores: " +
+              ", ".join(f"{r} {c}" for r, c in w["cpu_cores"].items()))
     if args.json:
         Path(args.json).write_text(text)
 

@@ -7,7 +7,9 @@ Runs bench_pipeline.py once per broker (a process each: its own services and Spa
 session) and prints, per broker, every minute's mean ``triggerExecution``,
 ``latestOffset`` and ``addBatch`` and the last full minute ÷ the second (the baseline, in
 the same run; the first minute is the query's warm-up): about 1.0 when nothing
-grows. Not a test.
+grows. Each minute also shows the CPU (in cores) of each process role, the broker,
+Redis, Spark's JVM and Python workers, the benchmark's own process and everything else
+on the machine: when a trend appears, that is where to look. Not a test.
 """
 
 from __future__ import annotations
@@ -50,10 +52,15 @@ def main() -> int:
         wins = r["per_window"]
         print(f"\n{broker}: {r['events']} events, pipeline p50 {r['pipeline_p50_ms']} ms, "
               f"p99 {r['pipeline_p99_ms']} ms")
-        print("minute  batches  triggerExecution  latestOffset  addBatch")
+        roles = sorted({r for w in wins for r in w.get("cpu_cores", {})})
+        print("minute  batches   rows  triggerExecution  latestOffset  addBatch  walCommit  "
+              "commitOffsets  | CPU cores: " + "  ".join(roles))
         for w in wins:
-            print(f"{w['window']:>6}  {w['batches']:>7}  {w['triggerExecution_ms']:>16}  "
-                  f"{w['latestOffset_ms']:>12}  {w['addBatch_ms']:>8}")
+            cores = w.get("cpu_cores", {})
+            print(f"{w['window']:>6}  {w['batches']:>7}  {w['rows']:>5}  "
+                  f"{w['triggerExecution_ms']:>16}  {w['latestOffset_ms']:>12}  "
+                  f"{w['addBatch_ms']:>8}  {w['walCommit_ms']:>9}  {w['commitOffsets_ms']:>13}"
+                  "  |            " + "  ".join(f"{cores.get(r, 0):>{len(r)}}" for r in roles))
         # the first window holds the query's warm-up, the last a partial minute: the
         # trend is the last full minute against the second
         full = [w for w in wins if w["batches"] > 1][1:]

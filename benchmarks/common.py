@@ -50,3 +50,35 @@ def local_spark():
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+ROLES = (("pulsar-lite", "broker"), ("PulsarStandaloneStarter", "broker"),
+         ("org.apache.pulsar", "broker"), ("redis-server", "redis"),
+         ("valkey-server", "redis"), ("SparkSubmit", "spark-jvm"),
+         ("pyspark.daemon", "python-workers"), ("pyspark.worker", "python-workers"))
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by each process of the machine, summed by its role here:
+    the broker, Redis, Spark's JVM, its Python workers, this process ("bench": the
+    driver's Python, the feeders and watchers) and everything else ("other": what the
+    machine runs besides the benchmark). Two samples' difference shows which of them
+    grows when a trend appears (bench_pipeline/bench_soak)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        used = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        role = "bench" if int(d) == me else next(
+            (r for needle, r in ROLES if needle in cmd), "other")
+        out[role] = out.get(role, 0.0) + used
+    return out

@@ -28,11 +28,16 @@ RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
 def redact_url(url: str) -> str:
-    """The URL as it may appear in messages and logs: no password (userinfo or query)."""
+    """The URL as it may appear in messages and logs: no password (userinfo or query).
+
+    Userinfo without a colon (``redis://TOKEN@host``) is hidden whole: redis-py takes it
+    for a user name, but that form is how a bare access token is written."""
     p = urlparse(url)
     netloc = p.netloc
-    if p.password is not None:
-        netloc = netloc.replace(f":{p.password}@", ":***@", 1)
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at:
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{hosts}" if colon else f"***@{hosts}"
     query = parse_qs(p.query, keep_blank_values=True)
     for k in query:
         if "pass" in k.lower() or "secret" in k.lower() or "token" in k.lower():

@@ -87,3 +87,20 @@ def test_parsed_options_never_show_the_metastore_password():
     for parsed in (sink, source):
         assert parsed.metastore_url.endswith("@localhost:6379/0")  # still usable
         assert "s3cr3t" not in repr(parsed) and "s3cr3t" not in str(parsed)
+
+
+def test_a_token_only_metastore_url_never_shows_the_token():
+    """``redis://TOKEN@host`` (userinfo without a colon) is how some services hand out a
+    bare access token; redis-py reads it as a user name, but what it holds is a secret:
+    messages, logs and option objects must not show it (the address still shows)."""
+    from pulsar_txn.metastore.redis_url import redact_url
+
+    assert redact_url("redis://t0ken-s3cr3t@localhost:6379/0") == "redis://***@localhost:6379/0"
+    assert (redact_url("redis+cluster://t0ken-s3cr3t@10.0.0.1:7000,10.0.0.2:7000/0")
+            == "redis+cluster://***@10.0.0.1:7000,10.0.0.2:7000/0")
+    opts = {**BASE, "metastore.url": "redis://t0ken-s3cr3t@localhost:6379/0"}
+    for parsed in (SinkOptions.from_options(_lower({**opts, "topic": "t"})),
+                   SourceOptions.from_options(_lower({**opts, "topics": "t"}))):
+        assert "t0ken-s3cr3t" not in repr(parsed) and "t0ken-s3cr3t" not in str(parsed)
+    # a user name with a password keeps the user name: it helps and is no secret
+    assert redact_url("redis://app:pw-s3cr3t@h:1/0") == "redis://app:***@h:1/0"

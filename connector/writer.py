@@ -28,7 +28,6 @@ class WriterRun:
         self.writer = writer
         self.producer = producer  # the pulsar.Producer of the segment
         self.first: Position | None = None
-        self.sent = 0
         self.errors: list[str] = []
         self._registered = False
         # The run may have stored an entry whose position is not recorded (a send failed
@@ -37,12 +36,17 @@ class WriterRun:
         # records a first position (a lower, unplaced entry may exist): readers treat a
         # registration without a position as "somewhere past what I hold".
         self._unplaced = False
+        # sends handed to the producer whose callback has not run yet; a plain lock and
+        # an event, not a Condition: the callback runs once per message on the client's
+        # I/O thread, and a Condition is entered through Python code
         self._outstanding = 0
+        self._count = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
         self._lock = threading.Lock()
         # Held by every send while the run has no first position: appends are then one
         # at a time, so the first position recorded is the lowest the run appended.
         self._first_lock = threading.Lock()
-        self._done = threading.Condition()
         self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer,
                            PROP_DEPLOYMENT: store.deployment}
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
@@ -115,10 +119,13 @@ class WriterRun:
             if callback:
                 callback(pulsar.Result.Ok, msg_id)
             return
-        with self._done:
-            self._outstanding += 1
+        self._expect(1)
         done = self._acked if callback is None else self._chained(callback)
-        self.producer.send_async(value, done, properties=self._props(properties), **kw)
+        try:
+            self.producer.send_async(value, done, properties=self._props(properties), **kw)
+        except BaseException:
+            self._expect(-1)  # never handed to the producer: no callback will come
+            raise
 
     def send_many(self, values: list, keys: list | None = None,
                   properties: list | None = None, event_times: list | None = None) -> None:
@@ -144,8 +151,7 @@ class WriterRun:
             i += 1
         if i >= n:
             return
-        with self._done:
-            self._outstanding += n - i
+        self._expect(n - i)
         native, base, done = self.producer._producer, self._txn_props, self._acked
         builder = _pulsar.MessageBuilder
         j = i
@@ -161,21 +167,28 @@ class WriterRun:
                     mb.event_timestamp(event_times[j])
                 native.send_async(mb.build(), done)
         except BaseException:
-            with self._done:  # message j and later were never handed to the producer
-                self._outstanding -= n - j
+            self._expect(-(n - j))  # message j and later were never handed to the producer
             raise
 
-    def _acked(self, res, _msg_id) -> None:
-        """Per-message callback: kept minimal, it runs once per append."""
-        with self._done:
-            if res != pulsar.Result.Ok:
-                if not (self._fence is not None and res == pulsar.Result.TopicTerminated):
-                    self.errors.append(str(res))
+    def _expect(self, sends: int) -> None:
+        """Count ``sends`` more (or, negative, fewer) callbacks to wait for."""
+        with self._count:
+            self._outstanding += sends
+            if self._outstanding:
+                self._idle.clear()
             else:
-                self.sent += 1
+                self._idle.set()
+
+    def _acked(self, res, _msg_id, _ok=pulsar.Result.Ok) -> None:
+        """Per-message callback: kept minimal, it runs once per append. A failure is
+        recorded before the count drops, so ``flush`` sees it once the run is idle."""
+        if res != _ok and not (self._fence is not None
+                               and res == pulsar.Result.TopicTerminated):
+            self.errors.append(str(res))
+        with self._count:
             self._outstanding -= 1
-            if self._outstanding == 0:
-                self._done.notify_all()
+            if not self._outstanding:
+                self._idle.set()
 
     def _chained(self, callback: Callable):
         def done(res, msg_id) -> None:
@@ -185,12 +198,10 @@ class WriterRun:
         return done
 
     def _on_appended(self, pos: Position) -> None:
-        """Count a confirmed append; record it as the first if it is the run's lowest.
+        """Record a confirmed append as the first if it is the run's lowest.
 
         Runs under ``_first_lock`` while ``first`` is None (see :meth:`send`).
         """
-        with self._done:
-            self.sent += 1
         if self.first is not None or self._unplaced:
             return
         try:
@@ -210,9 +221,8 @@ class WriterRun:
             # scalable producer drained it); the outstanding count below is the truth
             if self._fence is None:
                 raise
-        with self._done:
-            if not self._done.wait_for(lambda: self._outstanding == 0, timeout=timeout_s):
-                self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
+        if not self._idle.wait(timeout_s):
+            self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
         if self.errors:
             raise AppendFailed(f"transaction {self.txn_id}: {len(self.errors)} appends to "
                                  f"{self.segment} failed: {self.errors[0]}")

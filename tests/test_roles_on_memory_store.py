@@ -9,6 +9,7 @@ Pulsar producer. The store is never faked.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import uuid
@@ -443,7 +444,7 @@ def test_a_run_registers_before_its_first_append_and_records_it_once(coord, stor
     for i in range(5):
         run.send(b"m%d" % i, {"k": "v"})
     assert seen[0] == [OpenWrite(t, "w", None)]  # H1: registered before the append
-    assert run.first == Position(7, 10) and run.sent == 5
+    assert run.first == Position(7, 10) and len(producer.sent) == 5
     records, registrations = store.list_writes(t)
     assert registrations == 1 and [(r.first, r.writer) for r in records] == [(Position(7, 10),
                                                                               "w")]
@@ -499,11 +500,72 @@ def test_async_sends_are_counted_and_failures_fail_the_flush(coord, store):
     for i in range(4):
         run.send_async(b"m%d" % i, callback=lambda res, mid: done.append(res))
     run.flush()
-    assert run.sent == 4 and len(done) == 4 and run.first == Position(7, 10)
+    assert len(producer.sent) == 4 and len(done) == 4 and run.first == Position(7, 10)
     producer.async_result = pulsar.Result.Timeout
     run.send_async(b"lost")
     with pytest.raises(PulsarTxnError, match="failed"):
         run.flush()
+
+
+class LaterProducer(FakeProducer):
+    """Runs send callbacks later, on its own thread, like pulsar-client's I/O thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: queue.Queue = queue.Queue()
+        threading.Thread(target=self._io, daemon=True).start()
+
+    def _io(self) -> None:
+        while True:
+            callback, mid = self.pending.get()
+            time.sleep(0.002)
+            callback(self.async_result, mid)
+
+    def send_async(self, value, callback, properties=None, **kw) -> None:
+        self.pending.put((callback, self._append(value, properties)))
+
+    @property
+    def _producer(self):
+        """What send_many hands built messages to (pulsar-client's native producer)."""
+        outer = self
+
+        class Native:
+            def send_async(self, msg, callback) -> None:
+                outer.pending.put((callback, outer._append(msg.data(), msg.properties())))
+
+        return Native()
+
+
+def test_flush_returns_only_after_every_callback_of_the_io_thread(coord, store):
+    """flush is what the commit trusts: it must not return while a send's outcome is
+    still to come (a failure reported after it would be lost)."""
+    producer = LaterProducer()
+    run = WriterRun(store, coord.new_transaction().txn_id, "s", "w", producer)
+    acked: list = []
+    for i in range(50):
+        run.send_async(b"m%d" % i, callback=lambda res, mid: acked.append(res))
+    run.send_many([b"n%d" % i for i in range(50)])
+    run.flush(timeout_s=10)
+    assert len(acked) == 50 and producer.pending.empty()
+    producer.async_result = pulsar.Result.Timeout
+    run.send_many([b"late"])
+    with pytest.raises(PulsarTxnError, match="1 appends to s failed"):
+        run.flush(timeout_s=10)
+
+
+def test_a_send_the_producer_refused_at_once_is_not_waited_for(coord, store):
+    """A send_async that raises never reaches the producer: no callback will come, and
+    flush must not wait for one (it waited its whole timeout, then failed the batch)."""
+    producer = FakeProducer()
+    run = WriterRun(store, coord.new_transaction().txn_id, "s", "w", producer)
+    run.send(b"first")
+    producer.fail = RuntimeError("the producer is closed")
+    with pytest.raises(RuntimeError):
+        run.send_async(b"refused")
+    producer.fail = None
+    started = time.monotonic()
+    run.flush(timeout_s=3)
+    assert time.monotonic() - started < 1
 
 
 def test_only_the_named_attempt_of_a_task_becomes_visible(coord, store):

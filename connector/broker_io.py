@@ -259,6 +259,9 @@ def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
 
 
 BATCH_END_WAIT_MS = 200  # the end entry's size unknown: how long to wait for more of it
+# a kept reader behind a range's start reads on through at most this many messages
+# (~15 ms of reading) before a reader is opened at the start instead
+KEPT_DROP_LIMIT = 5_000
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -307,7 +310,7 @@ def batch_size(message_id) -> int | None:
 def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
          fail_on_data_loss: bool = True, reader: dict | None = None,
          batch_end_wait_ms: int = BATCH_END_WAIT_MS,
-         kept=None) -> Iterator[tuple[Pos, object]]:
+         kept=None, kept_drop_limit: int = KEPT_DROP_LIMIT) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters, rather than
@@ -315,7 +318,9 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     With ``kept`` (``take(key, start) -> (reader, where it stopped) | None`` and
     ``give(key, end, reader)``, such as the Spark workers' ``KeptReaders``), goes on
     with a reader an earlier range left at or a little before ``start``, and leaves its
-    own there when it read up to ``end`` and not one message past it.
+    own there when it read up to ``end`` and not one message past it. A kept reader
+    behind ``start`` reads on, dropping what lies before it; after ``kept_drop_limit``
+    such messages it is closed and a reader is opened at ``start`` instead.
     """
     import pulsar
 
@@ -338,6 +343,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
     last: Pos | None = None
     at_end_entry = False  # the last message read is of the end entry
     taken = kept.take(kept_key, start) if kept is not None else None
+    dropped = 0  # messages before ``start`` a kept reader read on through
     if taken is None:
         reader = open_at(start)
     else:  # read on from where it stopped, as if it had just read that message
@@ -420,6 +426,12 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             at_end_entry = pos[1] == end_entry and pos[0] == end_ledger
             reconnects = 0  # progress: the reconnect budget is per stretch without it
             if pos <= start:
+                if taken is not None:
+                    dropped += 1
+                    if dropped > kept_drop_limit:  # too far behind: start afresh
+                        _close_quietly(reader)
+                        reader, taken, last, at_end_entry = open_at(start), None, None, False
+                        native = reader._reader
                 continue
             if pos > end:
                 return

@@ -352,6 +352,58 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
         worker.close()
 
 
+def test_two_python_workers_taking_turns_on_a_segment_each_keep_one_reader(
+        make_client, broker, redis_server, namespace, topic_name, monkeypatch):
+    """Spark hands a segment's micro-batches to whichever Python worker is free, so
+    two workers often take turns: each one's kept reader is then a whole micro-batch
+    behind the next start. It reads on through the other worker's range (hundreds of
+    entries at a few hundred events/s) rather than closing and opening a reader per
+    micro-batch, which pulsar-lite never forgets (bench_soak: two readers a second),
+    and yields exactly each range's rows."""
+    import pulsar
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    import pulsar_txn.spark.partition_reader as partition_reader
+    from pulsar_txn.spark.options import client_kwargs
+    from pulsar_txn.spark.resources import WorkerResources
+
+    opened = []
+
+    class Counting:
+        def __init__(self, real):
+            self.real = real
+
+        def create_reader(self, *a, **kw):
+            opened.append(a[0])
+            return self.real.create_reader(*a, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    workers = [WorkerResources(make_client=lambda o: Counting(
+        pulsar.Client(o.service_url, **client_kwargs(o)))) for _ in range(2)]
+    writer = make_client(sweeper=False)
+    topic = topic_name("turns")
+    p = writer.create_producer(topic, batching_enabled=False)  # one entry per message
+    src = _stream_reader(broker, redis_server, namespace, topic, minPartitions="1")
+    try:
+        offsets = [src.initialOffset()]
+        for round_ in range(4):
+            for i in range(300):
+                p.send(b"r%d-%d" % (round_, i))
+            offsets.append(src.latestOffset(offsets[-1], ReadAllAvailable()))
+            monkeypatch.setattr(partition_reader, "RESOURCES", workers[round_ % 2])
+            got = [v for part in src.partitions(offsets[-2], offsets[-1])
+                   for batch in partition_reader.read_partition(src.opts, part)
+                   for v in batch.column("value").to_pylist()]
+            assert got == [b"r%d-%d" % (round_, i) for i in range(300)], round_
+        assert len(opened) == 2, opened  # one per worker, for four ranges
+    finally:
+        src.stop()
+        for w in workers:
+            w.close()
+
+
 def test_a_kept_reader_on_a_range_with_nothing_left_in_its_end_entry_returns_at_once(
         make_client, broker, redis_server, namespace, topic_name, monkeypatch):
     """A micro-batch cut at a message (maxRecordsPerTrigger) that is the topic's last

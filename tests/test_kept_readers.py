@@ -18,7 +18,7 @@ def _kept_at(pos, **kw):
 
 
 def test_a_range_starting_where_the_reader_stopped_or_a_little_on_gets_it():
-    for start in ((7, 10, WHOLE_ENTRY), (7, 11, 4), (7, 10 + 256, WHOLE_ENTRY)):
+    for start in ((7, 10, WHOLE_ENTRY), (7, 11, 4), (7, 10 + 5_000, WHOLE_ENTRY)):
         kept, reader = _kept_at((7, 10, WHOLE_ENTRY))
         assert kept.take(("c", "seg"), start) == (reader, (7, 10, WHOLE_ENTRY)), start
         assert not reader.closed
@@ -28,7 +28,7 @@ def test_a_range_starting_before_the_reader_never_gets_it_and_it_is_closed():
     """A reader past the start would miss entries: a replay, a retry, the middle of
     an entry it already read wholly, another ledger, too far to read on to."""
     for start in ((7, 9, WHOLE_ENTRY), (7, 10, 3), (8, 11, WHOLE_ENTRY),
-                  (6, 500, WHOLE_ENTRY), (7, 10 + 257, WHOLE_ENTRY), (-1, -1, -1)):
+                  (6, 500, WHOLE_ENTRY), (7, 10 + 5_001, WHOLE_ENTRY), (-1, -1, -1)):
         kept, reader = _kept_at((7, 10, WHOLE_ENTRY))
         assert kept.take(("c", "seg"), start) is None, start
         assert reader.closed

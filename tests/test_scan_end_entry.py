@@ -118,3 +118,44 @@ def test_an_end_entry_known_to_hold_more_is_never_taken_as_complete():
                            timeout_ms=30_000, batch_end_wait_ms=200):
             got.append(pos)
     assert got == [(5, 9, 0), (5, 9, 1)]
+
+
+def _one(ledger: int, entry: int) -> _Message:
+    return _Message(_Id(ledger, entry, -1, 0))
+
+
+class _Kept:
+    """A kept reader stopped at ``stopped`` (KeptReaders' take/give, for one key)."""
+
+    def __init__(self, reader, stopped) -> None:
+        self.taken, self.given = (reader, stopped), None
+
+    def take(self, _key, _start):
+        taken, self.taken = self.taken, None
+        return taken
+
+    def give(self, _key, end, reader) -> None:
+        self.given = (end, reader)
+
+
+def test_a_kept_reader_behind_the_start_reads_on_and_is_kept_again():
+    """Two Python workers take a segment's micro-batches in turns: each worker's reader
+    is one batch behind the next start. Reading on through the other worker's range
+    costs less than a new reader (pulsar-lite keeps every closed reader for good)."""
+    behind = _Reader([_one(7, e) for e in range(1, 12)])
+    client, kept = _Client(), _Kept(behind, (7, 0, -1))
+    got = [pos for pos, _ in scan(client, "seg", (7, 10, -1), (7, 11, -1), kept=kept)]
+    assert got == [(7, 11, -1)] and client.readers == [] and kept.given[1] is behind
+
+
+def test_a_kept_reader_too_far_behind_is_swapped_for_one_at_the_start():
+    """Past ``kept_drop_limit`` messages before the start (big batched entries), the
+    scan stops reading on and opens a reader at the start: a bounded cost either way."""
+    behind = _Reader([_one(7, e) for e in range(1, 12)])
+    client, kept = _Client([_one(7, 10), _one(7, 11)]), _Kept(behind, (7, 0, -1))
+    got = [pos for pos, _ in scan(client, "seg", (7, 10, -1), (7, 11, -1), kept=kept,
+                                  kept_drop_limit=4)]
+    assert got == [(7, 11, -1)]
+    left = [m.message_id().pos for m in behind._reader.script]
+    assert len(client.readers) == 1 and left == [(7, e, -1) for e in range(6, 12)]
+    assert kept.given[1] is client.readers[0]

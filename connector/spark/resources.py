@@ -168,14 +168,16 @@ class KeptReaders:
     going on with the reader the previous range left just past its end avoids
     opening one per range (pulsar-lite keeps state for every reader ever opened and
     slows down over hours of triggers). A reader is handed out only to a range that
-    starts where it stopped or a little further on in the same ledger (at most
-    ``max_skip`` entries: the scan reads on and drops what lies before the start, e.g.
-    the half of a split range another worker read); a replay or a retry of an earlier
-    range opens its own and reads the same entries. Readers idle for ``idle_s`` are
-    closed (checked at every take); at most ``limit`` are kept.
+    starts where it stopped or further on in the same ledger (at most ``max_skip``
+    entries: the scan reads on and drops what lies before the start, at most
+    ``broker_io.KEPT_DROP_LIMIT`` messages of it: the range another Python worker read
+    when two take a segment's micro-batches in turns, or the half of a split range); a
+    replay or a retry of an earlier range opens its own and reads the same entries.
+    Readers idle for ``idle_s`` are closed (checked at every take); at most ``limit``
+    are kept.
     """
 
-    def __init__(self, idle_s: float = 60.0, limit: int = 16, max_skip: int = 256) -> None:
+    def __init__(self, idle_s: float = 60.0, limit: int = 16, max_skip: int = 5_000) -> None:
         self._idle_s, self._limit, self._max_skip = idle_s, limit, max_skip
         self._lock = threading.Lock()
         self._kept: dict[tuple, tuple[Pos, object, float]] = {}

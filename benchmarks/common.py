@@ -55,7 +55,9 @@ def local_spark():
 ROLES = (("pulsar-lite", "broker"), ("PulsarStandaloneStarter", "broker"),
          ("org.apache.pulsar", "broker"), ("redis-server", "redis"),
          ("valkey-server", "redis"), ("SparkSubmit", "spark-jvm"),
-         ("pyspark.daemon", "python-workers"), ("pyspark.worker", "python-workers"))
+         ("pyspark.daemon", "python-workers"), ("pyspark.worker", "python-workers"),
+         # the driver side's Python (source runner: latestOffset, probes; sink commit)
+         ("pyspark.sql.", "python-workers"))
 
 
 def cpu_by_role() -> dict[str, float]:
@@ -77,7 +79,9 @@ def cpu_by_role() -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # exited meanwhile
-        used = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        # utime + stime, and cutime + cstime: what its reaped children used (a Python
+        # worker that exits moves to its parent's count, not out of the total)
+        used = sum(int(x) for x in fields[11:15]) / tick
         role = "bench" if int(d) == me else next(
             (r for needle, r in ROLES if needle in cmd), "other")
         out[role] = out.get(role, 0.0) + used

@@ -43,6 +43,7 @@ class WriterRun:
         self._count = threading.Lock()
         self._idle = threading.Event()
         self._idle.set()
+        self._failed_send: str | None = None  # a send raised (see _raised)
         self._lock = threading.Lock()
         # Held by every send while the run has no first position: appends are then one
         # at a time, so the first position recorded is the lowest the run appended.
@@ -123,8 +124,8 @@ class WriterRun:
         done = self._acked if callback is None else self._chained(callback)
         try:
             self.producer.send_async(value, done, properties=self._props(properties), **kw)
-        except BaseException:
-            self._expect(-1)  # never handed to the producer: no callback will come
+        except BaseException as e:
+            self._raised(e)
             raise
 
     def send_many(self, values: list, keys: list | None = None,
@@ -166,18 +167,22 @@ class WriterRun:
                 if event_times is not None and event_times[j]:
                     mb.event_timestamp(event_times[j])
                 native.send_async(mb.build(), done)
-        except BaseException:
-            self._expect(-(n - j))  # message j and later were never handed to the producer
+        except BaseException as e:
+            self._raised(e)  # message j may be queued or not; none after it is
             raise
 
     def _expect(self, sends: int) -> None:
-        """Count ``sends`` more (or, negative, fewer) callbacks to wait for."""
+        """Count ``sends`` more callbacks to wait for."""
         with self._count:
             self._outstanding += sends
-            if self._outstanding:
-                self._idle.clear()
-            else:
-                self._idle.set()
+            self._idle.clear()
+
+    def _raised(self, e: BaseException) -> None:
+        """A send raised: whether it was queued is unknown (pulsar-client queues the
+        message, then checks for signals, so a KeyboardInterrupt can come after the
+        queueing), so no callback count can be trusted: the run fails, and ``flush``
+        says so at once rather than waiting for a callback that may never come."""
+        self._failed_send = f"a send raised {e!r}; whether it was queued is unknown"
 
     def _acked(self, res, _msg_id, _ok=pulsar.Result.Ok) -> None:
         """Per-message callback: kept minimal, it runs once per append. A failure is
@@ -187,7 +192,7 @@ class WriterRun:
             self.errors.append(str(res))
         with self._count:
             self._outstanding -= 1
-            if not self._outstanding:
+            if self._outstanding <= 0:
                 self._idle.set()
 
     def _chained(self, callback: Callable):
@@ -221,6 +226,9 @@ class WriterRun:
             # scalable producer drained it); the outstanding count below is the truth
             if self._fence is None:
                 raise
+        if self._failed_send is not None:
+            raise AppendFailed(f"transaction {self.txn_id}: appends to {self.segment} "
+                               f"failed: {self._failed_send}")
         if not self._idle.wait(timeout_s):
             self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
         if self.errors:

@@ -33,6 +33,11 @@ def redact_url(url: str) -> str:
     Userinfo without a colon (``redis://TOKEN@host``) is hidden whole: redis-py takes it
     for a user name, but that form is how a bare access token is written."""
     p = urlparse(url)
+    if "@" in url and "@" not in p.netloc:
+        # no userinfo found (no "//", or a "/", "?" or "#" in the password): hide all
+        # before the last "@", whatever it holds
+        scheme = f"{p.scheme}://" if "://" in url else ""
+        return f"{scheme}***@{url.rpartition('@')[2]}"
     netloc = p.netloc
     userinfo, at, hosts = netloc.rpartition("@")
     if at:

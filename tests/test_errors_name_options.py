@@ -104,3 +104,16 @@ def test_a_token_only_metastore_url_never_shows_the_token():
         assert "t0ken-s3cr3t" not in repr(parsed) and "t0ken-s3cr3t" not in str(parsed)
     # a user name with a password keeps the user name: it helps and is no secret
     assert redact_url("redis://app:pw-s3cr3t@h:1/0") == "redis://app:***@h:1/0"
+
+
+def test_a_metastore_url_the_parser_cannot_split_never_shows_its_secret():
+    """Without ``//`` (a forgotten scheme) or with an unencoded ``/``, ``?`` or ``#``
+    in the password, URL parsing finds no userinfo: everything before the last ``@``
+    is hidden then (review finding: these came back unchanged)."""
+    from pulsar_txn.metastore.redis_url import redact_url
+
+    for url in (":s3cret@host:6379", "user:s3cret@host:6379", "redis://:pa/s3cret@host:6379",
+                "redis://:pa#s3cret@host:6379", "redis://:pa?s3cret@host:6379/0",
+                "rediss://u:p/s3cret@h1:1,h2:2/0"):
+        shown = redact_url(url)
+        assert "s3cret" not in shown and shown.endswith(url.rpartition("@")[2]), shown

@@ -10,7 +10,9 @@ one thread (``send_async`` without a callback, the sink's batching, the same key
 ``transactional=false`` (plain appends, same producer settings) in the same Spark
 session. Where the time goes (``profile``): the same producer with a no-op Python
 callback per message (what learning each append's outcome costs through pulsar-client
-3.x), and the same query into Spark's ``noop`` sink. Prints rows/s of each, the
+3.x), the same with the transaction's three properties on each message (the
+per-message part of a transactional append's cost), and the same query into Spark's
+``noop`` sink. Prints rows/s of each, the
 ratios, and metastore writes per batch. Not a test.
 """
 
@@ -85,11 +87,18 @@ def spark_floor(spark, inputs: Path, rows: int) -> dict:
     return _drive(_query(spark, inputs, "noop", {}), rows)
 
 
-def plain_producer(services, rows: int, callback: bool = False) -> dict:
+# the three properties a transactional append carries, at their usual sizes
+TXN_TAGS = {"__ptxn.txn": "v5:13:1776", "__ptxn.writer": "t0.a0.0123456789",
+            "__ptxn.dep": "0123456789ab"}
+
+
+def plain_producer(services, rows: int, callback: bool = False, tags: bool = False) -> dict:
     """The delivery limit: one thread, one pulsar-client producer, send_async with no
     callback, the sink's batching, the same keys and values. ``callback``: with a
     no-op Python callback per message, which any sink that must know each append's
-    outcome pays (the callback crosses from the client's I/O thread into Python)."""
+    outcome pays (the callback crosses from the client's I/O thread into Python).
+    ``tags``: each message also carries the transaction's three properties (TXN_TAGS),
+    the per-message part of what a transactional append costs over a plain one."""
     import pulsar
 
     from pulsar_txn.client import quiet_logger
@@ -105,8 +114,9 @@ def plain_producer(services, rows: int, callback: bool = False) -> dict:
     t0 = time.perf_counter()
     send = producer.send_async
     done = (lambda res, msg_id: None) if callback else None
+    props = TXN_TAGS if tags else None
     for k, v in zip(keys, values):
-        send(v, done, partition_key=k)
+        send(v, done, partition_key=k, properties=props)
     producer.flush()
     wall = time.perf_counter() - t0
     client.close()
@@ -144,6 +154,8 @@ def main() -> None:
                        key=lambda r: r["msgs_per_s"])
         with_callback = max((plain_producer(services, args.rows, callback=True)
                              for _ in range(2)), key=lambda r: r["msgs_per_s"])
+        with_tags = max((plain_producer(services, args.rows, callback=True, tags=True)
+                         for _ in range(2)), key=lambda r: r["msgs_per_s"])
         floor = spark_floor(spark, inputs, args.rows)
         # alternated, best of two each: one run's noise (GC, the broker's own work on
         # 2 shared cores) otherwise decides a ratio meant to be ~1
@@ -156,6 +168,9 @@ def main() -> None:
             "callback_producer_vs_plain_producer": with_callback["msgs_per_s"]
             / producer["msgs_per_s"],
             "txn_sink_vs_callback_producer_wall": txn["rows_per_s_wall"]
+            / with_callback["msgs_per_s"],
+            "callback_producer_with_txn_tags": with_tags,
+            "txn_tags_vs_none_callback_producer": with_tags["msgs_per_s"]
             / with_callback["msgs_per_s"],
             "spark_noop_sink_same_query": floor,
             "note": "an exactly-once sink must learn each append's outcome: pulsar-client "

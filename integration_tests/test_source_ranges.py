@@ -280,26 +280,15 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
         src.stop()
 
 
-def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_same(
-        make_client, broker, redis_server, namespace, topic_name, monkeypatch):
-    """A Python worker keeps the reader a task left at its range's end: the next
-    micro-batch's range of that segment goes on from it instead of opening a reader
-    (pulsar-lite keeps state for every reader ever opened: a fresh one per trigger
-    slowed the broker over hours), also when the range starts a little further on. A
-    range that starts before it (a replay, a retry) opens its own and reads exactly
-    the same rows."""
+def _counting_worker(opened: list[str]):
+    """A Python worker's resources whose client is the real one, noting in ``opened``
+    the segment of every reader it opens."""
     import pulsar
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    import pulsar_txn.spark.partition_reader as partition_reader
     from pulsar_txn.spark.options import client_kwargs
     from pulsar_txn.spark.resources import WorkerResources
 
-    opened = []
-
     class Counting:
-        """The real client, counting the readers it opens."""
-
         def __init__(self, real):
             self.real = real
 
@@ -310,8 +299,24 @@ def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_s
         def __getattr__(self, name):
             return getattr(self.real, name)
 
-    worker = WorkerResources(make_client=lambda o: Counting(
+    return WorkerResources(make_client=lambda o: Counting(
         pulsar.Client(o.service_url, **client_kwargs(o))))
+
+
+def test_consecutive_ranges_of_a_segment_reuse_one_reader_and_replays_read_the_same(
+        make_client, broker, redis_server, namespace, topic_name, monkeypatch):
+    """A Python worker keeps the reader a task left at its range's end: the next
+    micro-batch's range of that segment goes on from it instead of opening a reader
+    (pulsar-lite keeps state for every reader ever opened: a fresh one per trigger
+    slowed the broker over hours), also when the range starts a little further on. A
+    range that starts before it (a replay, a retry) opens its own and reads exactly
+    the same rows."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    import pulsar_txn.spark.partition_reader as partition_reader
+
+    opened: list[str] = []
+    worker = _counting_worker(opened)
     monkeypatch.setattr(partition_reader, "RESOURCES", worker)
     writer = make_client(sweeper=False)
     topic = topic_name("kept")
@@ -360,28 +365,12 @@ def test_two_python_workers_taking_turns_on_a_segment_each_keep_one_reader(
     entries at a few hundred events/s) rather than closing and opening a reader per
     micro-batch, which pulsar-lite never forgets (bench_soak: two readers a second),
     and yields exactly each range's rows."""
-    import pulsar
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     import pulsar_txn.spark.partition_reader as partition_reader
-    from pulsar_txn.spark.options import client_kwargs
-    from pulsar_txn.spark.resources import WorkerResources
 
-    opened = []
-
-    class Counting:
-        def __init__(self, real):
-            self.real = real
-
-        def create_reader(self, *a, **kw):
-            opened.append(a[0])
-            return self.real.create_reader(*a, **kw)
-
-        def __getattr__(self, name):
-            return getattr(self.real, name)
-
-    workers = [WorkerResources(make_client=lambda o: Counting(
-        pulsar.Client(o.service_url, **client_kwargs(o)))) for _ in range(2)]
+    opened: list[str] = []
+    workers = [_counting_worker(opened) for _ in range(2)]
     writer = make_client(sweeper=False)
     topic = topic_name("turns")
     p = writer.create_producer(topic, batching_enabled=False)  # one entry per message

@@ -87,11 +87,12 @@ def spark_floor(spark, inputs: Path, rows: int) -> dict:
     return _drive(_query(spark, inputs, "noop", {}), rows)
 
 
-# the three properties a transactional append carries, at their usual sizes
+# the three properties a transactional append carried in earlier builds, at their
+# usual sizes
 TXN_TAGS = {"__ptxn.txn": "v5:13:1776", "__ptxn.writer": "t0.a0.0123456789",
             "__ptxn.dep": "0123456789ab"}
-# the same three values in one property: what a one-property wire format would cost
-ONE_TAG = {"__ptxn": "v5:13:1776;t0.a0.0123456789;0123456789ab"}
+# the one property it carries now (records.txn_properties): the same three values
+ONE_TAG = {"__ptxn.txn": "v5:13:1776;t0.a0.0123456789;0123456789ab"}
 
 
 def plain_producer(services, rows: int, callback: bool = False,
@@ -100,8 +101,9 @@ def plain_producer(services, rows: int, callback: bool = False,
     callback, the sink's batching, the same keys and values. ``callback``: with a
     no-op Python callback per message, which any sink that must know each append's
     outcome pays (the callback crosses from the client's I/O thread into Python).
-    ``tags``: properties on each message (TXN_TAGS: the transaction's three, the
-    per-message part of what a transactional append costs over a plain one)."""
+    ``tags``: properties on each message (ONE_TAG: the transaction's, the per-message
+    part of what a transactional append costs over a plain one; TXN_TAGS: the older
+    three-property form)."""
     import pulsar
 
     from pulsar_txn.client import quiet_logger

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pulsar_txn.records import Position
+from pulsar_txn.records import PROTOCOL_PREFIX, Position
 
 
 class TxnMessage:
@@ -29,7 +29,8 @@ class TxnMessage:
 
     @property
     def properties(self) -> dict[str, str]:
-        return {k: v for k, v in self._raw.properties().items() if not k.startswith("__ptxn.")}
+        return {k: v for k, v in self._raw.properties().items()
+                if not k.startswith(PROTOCOL_PREFIX)}
 
     @property
     def position(self) -> Position:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pulsar
 
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER
+from pulsar_txn.records import PROTOCOL_PREFIX
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.transaction import Transaction
 
@@ -59,8 +59,10 @@ class Producer:
 def user_props(properties: dict | None) -> dict:
     """A send's own properties as strings; the ``__ptxn.`` ones are the protocol's."""
     props = {str(k): str(v) for k, v in (properties or {}).items()}
-    if PROP_TXN in props or PROP_WRITER in props or PROP_DEPLOYMENT in props:
-        raise ConfigError("message properties starting with '__ptxn.' are reserved")
+    reserved = [k for k in props if k.startswith(PROTOCOL_PREFIX)]
+    if reserved:
+        raise ConfigError(f"message property {reserved[0]!r}: properties starting with "
+                          f"{PROTOCOL_PREFIX!r} are reserved")
     return props
 
 

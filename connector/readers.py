@@ -31,13 +31,12 @@ from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
     BEFORE_EARLIEST,
     PROP_TXN,
-    PROP_WRITER,
     WHOLE_ENTRY,
     EventKind,
     Position,
     TxnEvent,
     TxnId,
-    own_txn,
+    entry_txn,
 )
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.transaction import Transaction
@@ -151,8 +150,8 @@ class GatedStream:
                     continue  # a broker redelivery (pulsar-lite duplicates unbatched topics)
                 last = mid
                 props = raw.properties()
-                t = own_txn(props, dep)
-                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+                t, w = entry_txn(props, dep)
+                append((raw, mid, t, w))
             received = last
         else:
             dedupe = self._dedupe
@@ -167,8 +166,8 @@ class GatedStream:
                             if received is None or received < mid:
                                 received = mid
                             props = raw.properties()
-                            t = own_txn(props, dep)
-                            append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+                            t, w = entry_txn(props, dep)
+                            append((raw, mid, t, w))
                             continue
                 if dedupe and raw.redelivery_count() == 0:
                     if last is not None and mid <= last:
@@ -177,8 +176,8 @@ class GatedStream:
                 if received is None or received < mid:
                     received = mid
                 props = raw.properties()
-                t = own_txn(props, dep)
-                append((raw, mid, t, props.get(PROP_WRITER, "") if t else ""))
+                t, w = entry_txn(props, dep)
+                append((raw, mid, t, w))
         self._last, self._received = last, received
         self._below = received is not None and received <= self._gate_id
 

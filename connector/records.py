@@ -12,22 +12,50 @@ from .state import TxnState
 
 SCHEMA_VERSION = 1
 
-# Message properties carried by every transactional append (the only trace of a
-# transaction in the data stream: no markers are ever written).
-PROP_TXN = "__ptxn.txn"
-PROP_WRITER = "__ptxn.writer"
+# The one message property every transactional append carries (the only trace of a
+# transaction in the data stream: no markers are ever written):
+#   __ptxn.txn = "<txn id>;<writer>;<deployment>"
 # The deployment (metastore namespace + store) the txn id belongs to: an entry of another
-# deployment is never classified with this one's ids.
+# deployment is never classified with this one's ids. One property, not three: each
+# property is a map entry the client converts and the batch serializes per message,
+# and three of them cost a producer ~10% of its messages/s (docs/benchmarks.md). The
+# name is the one earlier builds used for the txn id alone, so their readers (and the
+# external-reader rule they followed) find no v5 id there and never deliver such an
+# entry: a mixed-version deployment fails closed.
+PROP_TXN = "__ptxn.txn"
+TAG_SEP = ";"  # in none of a txn id, a writer id (_WRITER_ID) or a deployment id
+# The three-property form of earlier builds (PROP_TXN holding the id alone): read, never
+# written.
+PROP_WRITER = "__ptxn.writer"
 PROP_DEPLOYMENT = "__ptxn.dep"
+PROTOCOL_PREFIX = "__ptxn."  # every property of the protocol: reserved, never shown
 FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
 
 
-def own_txn(props: dict, deployment: str) -> str | None:
-    """The txn id of an entry as this deployment must classify it (None: plain)."""
-    t = props.get(PROP_TXN)
-    if t is not None and props.get(PROP_DEPLOYMENT, deployment) != deployment:
-        return FOREIGN + t
-    return t
+def txn_properties(txn_id: TxnId, writer: str, deployment: str) -> dict[str, str]:
+    """The protocol's properties of a transactional append by ``writer``."""
+    return {PROP_TXN: f"{txn_id}{TAG_SEP}{writer}{TAG_SEP}{deployment}"}
+
+
+def entry_txn(props: dict, deployment: str) -> tuple[str | None, str]:
+    """(txn id text, writer) of an entry as this deployment must classify it; (None, "")
+    for a plain entry. An entry of another deployment, or with a malformed protocol
+    property, gets a text that never parses as a txn id (FOREIGN first): never delivered
+    (fail closed). Reads the one-property form and the older three-property one."""
+    tag = props.get(PROP_TXN)
+    if tag is None:
+        return None, ""
+    if TAG_SEP in tag:
+        parts = tag.split(TAG_SEP)
+        if len(parts) != 3 or PROP_WRITER in props or PROP_DEPLOYMENT in props:
+            return FOREIGN + tag, ""  # malformed, or a mix of both forms: trust neither
+        t, writer, dep = parts
+        return (t if dep == deployment else FOREIGN + t), writer
+    # the three-property form; its oldest entries carry no deployment: this one's
+    if props.get(PROP_DEPLOYMENT, deployment) != deployment:
+        return FOREIGN + tag, props.get(PROP_WRITER, "")
+    return tag, props.get(PROP_WRITER, "")
+
 
 _TXN_ID = re.compile(r"^v5:(\d{1,4}):(\d{1,19})$")
 _WRITER_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")

@@ -1,7 +1,7 @@
 """A writer-run: one writer's appends to one segment under one transaction.
 
 The write side of the TransactionBuffer role: register before the first append
-(H1, and the H3 fence), append with the txn and writer ids as properties, record
+(H1, and the H3 fence), append with the txn, writer and deployment ids in one property, record
 the first position once. Metadata cost is one registration and one record per
 run, whatever the number of messages. Shared by the client Producer and the
 Spark sink's tasks.
@@ -16,7 +16,7 @@ import pulsar
 
 from pulsar_txn.errors import AppendFailed, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, Position, TxnId
+from pulsar_txn.records import Position, TxnId, txn_properties
 
 
 class WriterRun:
@@ -48,8 +48,7 @@ class WriterRun:
         # Held by every send while the run has no first position: appends are then one
         # at a time, so the first position recorded is the lowest the run appended.
         self._first_lock = threading.Lock()
-        self._txn_props = {PROP_TXN: str(txn_id), PROP_WRITER: writer,
-                           PROP_DEPLOYMENT: store.deployment}
+        self._txn_props = txn_properties(txn_id, writer, store.deployment)
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
         # and a TopicTerminated append is re-routed by the producer, not an error here.
         self._fence = fence

@@ -144,7 +144,10 @@ def test_pipeline_exactly_once_through_driver_kills_task_failure_and_redis_resta
         from pulsar_txn.client import quiet_logger
 
         plain = pulsar.Client(broker.service_url, logger=quiet_logger())
-        retried = sum(".a1." in m.properties().get("__ptxn.writer", "")
+        from pulsar_txn.records import PROP_TXN
+
+        # the writer (".a1." of a retried attempt) is the tag's one field that has dots
+        retried = sum(".a1." in m.properties().get(PROP_TXN, "")
                       for m in raw_entries(plain, dst))
         plain.close()
         print(f"\nchaos: {MESSAGES} inputs, {kills} driver kills ({in_flight} with a batch's "

@@ -8,7 +8,7 @@ import pytest
 from helpers import raw_entries, values
 
 from pulsar_txn.errors import InvalidTxnId, InvalidTxnTransition, TxnNotFound
-from pulsar_txn.records import PROP_TXN, PROP_WRITER, TxnId
+from pulsar_txn.records import PROP_TXN, TxnId, entry_txn
 from pulsar_txn.state import TxnState
 
 
@@ -68,9 +68,10 @@ def test_one_append_per_send_and_no_marker_entries(client, plain_pulsar, topic_n
     raw_a, raw_b = raw_entries(plain_pulsar, a), raw_entries(plain_pulsar, b)
     assert [m.data() for m in raw_a] == [b"a%d" % i for i in range(7)] + [b"aborted", b"plain"]
     assert [m.data() for m in raw_b] == [b"b"]
+    dep = client.store.deployment
     for m in raw_a[:8] + raw_b:
-        props = m.properties()
-        assert TxnId.parse(props[PROP_TXN]) and props[PROP_WRITER]
+        t, writer = entry_txn(m.properties(), dep)
+        assert TxnId.parse(t) and writer
     assert PROP_TXN not in raw_a[-1].properties()
 
 

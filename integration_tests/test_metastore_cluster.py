@@ -27,7 +27,7 @@ from helpers import raw_redis
 
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.harness.redis_cluster import RedisClusterHarness
-from pulsar_txn.records import FOREIGN, PROP_DEPLOYMENT, PROP_TXN, TxnId, own_txn
+from pulsar_txn.records import FOREIGN, PROP_DEPLOYMENT, PROP_TXN, TxnId, entry_txn, txn_properties
 from pulsar_txn.state import TxnState
 
 
@@ -196,10 +196,14 @@ def test_a_namespace_created_before_spread_tags_keeps_its_keys(redis_server, nam
         old_dep = r.hget(f"{namespace}n:config", "deployment")
         r.close()
         assert old_dep != fresh.deployment
-        theirs = own_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: old_dep}, fresh.deployment)
-        assert theirs == FOREIGN + "v5:0:1"                # never a txn of this deployment
-        assert own_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: fresh.deployment},
-                       fresh.deployment) == "v5:0:1"
+        theirs = entry_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: old_dep}, fresh.deployment)
+        assert theirs[0] == FOREIGN + "v5:0:1"             # never a txn of this deployment
+        assert entry_txn({PROP_TXN: "v5:0:1", PROP_DEPLOYMENT: fresh.deployment},
+                         fresh.deployment)[0] == "v5:0:1"
+        theirs = entry_txn(txn_properties(TxnId(0, 1), "w", old_dep), fresh.deployment)
+        assert theirs[0] == FOREIGN + "v5:0:1"
+        assert entry_txn(txn_properties(TxnId(0, 1), "w", fresh.deployment),
+                         fresh.deployment) == ("v5:0:1", "w")
         fresh.close()
     finally:
         store.close()

@@ -250,10 +250,31 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
     # never delivered: a committed txn's id stamped by another deployment, and garbage
     p.native.send(b"f1", properties={"__ptxn.txn": str(a.id), "__ptxn.dep": "elsewhere"})
     p.native.send(b"g1", properties={"__ptxn.txn": "garbage"})
+    dep = writer.store.deployment
+    p.native.send(b"f2", properties={"__ptxn.txn": f"{a.id};x;elsewhere"})
+    p.native.send(b"g2", properties={"__ptxn.txn": f"{a.id};x"})
     p.send(b"c1", key="k3", txn=c)
+    # the one-property form (what every writer here appends), and the three-property
+    # form of earlier builds: the committed run's entries delivered with their user
+    # properties, the aborted run's not
+    (run,), _ = writer.store.list_writes(c.id)
+    (lost,), _ = writer.store.list_writes(b.id)
+    p.native.send(b"c2", properties={"__ptxn.txn": f"{c.id};{run.writer};{dep}", "u": "2"})
+    p.native.send(b"c3", properties={"__ptxn.txn": str(c.id), "__ptxn.writer": run.writer,
+                                     "__ptxn.dep": dep, "u": "3"})
+    p.native.send(b"b2", properties={"__ptxn.txn": f"{b.id};{lost.writer};{dep}"})
+    p.native.send(b"b3", properties={"__ptxn.txn": str(b.id), "__ptxn.writer": lost.writer,
+                                     "__ptxn.dep": dep})
     a.commit()
     b.abort()
     c.commit()
+    want = [b"a1", b"a2", b"p1", b"p2", b"c1", b"c2", b"c3"]
+    reader = writer.create_reader(topic)
+    try:  # the client's reader (readers.py) and the Spark source (partition_reader.py)
+        assert [reader.read_next(10_000).value for _ in want] == want
+        assert reader.read_batch(10, timeout_millis=300) == []
+    finally:
+        reader.close()
     src = _stream_reader(broker, redis_server, namespace, topic)
     try:
         start = src.initialOffset()
@@ -262,19 +283,19 @@ def test_source_rows_carry_every_field_and_only_committed_rows(
             rows = [r for part in src.partitions(start, end)
                     for batch in read_partition(src.opts, part, chunk=chunk)
                     for r in batch.to_pylist()]
-            assert [r["value"] for r in rows] == [b"a1", b"a2", b"p1", b"p2", b"c1"], chunk
-            assert [r["key"] for r in rows] == ["k1", None, None, None, "k3"]
+            assert [r["value"] for r in rows] == want, chunk
+            assert [r["key"] for r in rows] == ["k1", None, None, None, "k3", None, None]
             assert [r["properties"] for r in rows] == [[("color", "red")], [], [("x", "y")],
-                                                       [], []]
+                                                       [], [], [("u", "2")], [("u", "3")]]
             assert [r["txnId"] for r in rows] == [str(a.id), str(a.id), None, None,
-                                                  str(c.id)]
+                                                  str(c.id), str(c.id), str(c.id)]
             assert rows[0]["eventTime"] == datetime.datetime(
                 1970, 1, 1, 0, 0, 1, 234_000, tzinfo=datetime.timezone.utc)
-            assert [r["eventTime"] for r in rows[1:]] == [None] * 4
+            assert [r["eventTime"] for r in rows[1:]] == [None] * 6
             now = datetime.datetime.now(datetime.timezone.utc)
             assert all(abs((now - r["publishTime"]).total_seconds()) < 600 for r in rows)
             ids = [tuple(int(x) for x in r["messageId"].split(":")) for r in rows]
-            assert ids == sorted(ids) and len(set(ids)) == 5
+            assert ids == sorted(ids) and len(set(ids)) == 7
             assert {(r["topic"], r["segment"]) for r in rows} == {(topic, topic)}
     finally:
         src.stop()

@@ -13,6 +13,8 @@ import pytest
 from helpers import raw_entries
 from spark_helpers import Observer, run_job, write_inputs
 
+from pulsar_txn.records import PROP_TXN, TAG_SEP
+
 pytestmark = pytest.mark.spark
 
 
@@ -111,7 +113,7 @@ def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, na
     finally:
         cluster.stop()
     assert done.returncode == 0, done.stderr[-3000:]
-    attempts = Counter(m.properties()["__ptxn.writer"].split(".")[1]
+    attempts = Counter(m.properties()[PROP_TXN].split(TAG_SEP)[1].split(".")[1]
                        for m in raw_entries(plain_pulsar, topic))
     print(f"\nrows appended per attempt number: {dict(attempts)}")
     assert attempts["a1"] > 0, "no speculative attempt ran: the test proved nothing"

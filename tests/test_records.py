@@ -6,7 +6,16 @@ import pytest
 
 from pulsar_txn.errors import InvalidTxnId
 from pulsar_txn.metastore.keys import ack_key, ack_position
-from pulsar_txn.records import BEFORE_EARLIEST, Position, TxnId
+from pulsar_txn.records import (
+    BEFORE_EARLIEST,
+    PROP_DEPLOYMENT,
+    PROP_TXN,
+    PROP_WRITER,
+    Position,
+    TxnId,
+    entry_txn,
+    txn_properties,
+)
 
 
 def test_position_encoding_orders_like_numbers():
@@ -38,3 +47,65 @@ def test_v5_ids_round_trip(text):
 def test_non_v5_ids_are_refused(text):
     with pytest.raises(InvalidTxnId):
         TxnId.parse(text)
+
+
+def _never_ours(t: str | None) -> bool:
+    """A txn text a reader can never classify as one of its own (fails to parse)."""
+    try:
+        TxnId.parse(t)
+    except InvalidTxnId:
+        return t is not None
+    return False
+
+
+def test_a_transactional_append_carries_one_protocol_property():
+    props = txn_properties(TxnId(3, 17), "t0.a0.x-1", "0123456789ab")
+    assert props == {PROP_TXN: "v5:3:17;t0.a0.x-1;0123456789ab"}
+    assert entry_txn(props, "0123456789ab") == ("v5:3:17", "t0.a0.x-1")
+
+
+def test_a_reader_of_the_three_property_form_never_delivers_the_one_property_form():
+    """Earlier builds (and the external-reader rule they documented) take the whole
+    ``__ptxn.txn`` value for the txn id: it must never parse, so they skip the entry
+    rather than deliver it as a plain one whatever its transaction's outcome."""
+    props = txn_properties(TxnId(3, 17), "w", "dep1")
+    with pytest.raises(InvalidTxnId):
+        TxnId.parse(props[PROP_TXN])
+
+
+def test_entries_written_in_the_three_property_form_stay_readable():
+    old = {PROP_TXN: "v5:3:17", PROP_WRITER: "w", PROP_DEPLOYMENT: "dep1", "user": "x"}
+    assert entry_txn(old, "dep1") == ("v5:3:17", "w")
+    # written before appends carried the deployment: taken as this deployment's
+    assert entry_txn({PROP_TXN: "v5:3:17", PROP_WRITER: "w"}, "dep1") == ("v5:3:17", "w")
+
+
+def test_a_plain_entry_has_no_txn():
+    assert entry_txn({}, "dep1") == (None, "")
+    assert entry_txn({"color": "red"}, "dep1") == (None, "")
+
+
+@pytest.mark.parametrize("props", [
+    {PROP_TXN: "v5:3:17;w;other"},
+    {PROP_TXN: "v5:3:17;w;"},
+    {PROP_TXN: "v5:3:17", PROP_WRITER: "w", PROP_DEPLOYMENT: "other"},
+])
+def test_another_deployments_entry_is_never_one_of_ours(props):
+    t, _ = entry_txn(props, "dep1")
+    assert _never_ours(t)
+
+
+@pytest.mark.parametrize("props", [
+    {PROP_TXN: "v5:3:17;w"},
+    {PROP_TXN: "v5:3:17;w;dep1;more"},
+    {PROP_TXN: ";;"},
+    {PROP_TXN: ""},
+    {PROP_TXN: "garbage;w;dep1"},
+    {PROP_TXN: "garbage"},
+    # a mix of both forms: which one to believe is unknown, so neither is
+    {PROP_TXN: "v5:3:17;w;dep1", PROP_WRITER: "w"},
+    {PROP_TXN: "v5:3:17;w;dep1", PROP_DEPLOYMENT: "dep1"},
+])
+def test_a_malformed_protocol_property_is_never_one_of_ours(props):
+    t, _ = entry_txn(props, "dep1")
+    assert _never_ours(t)

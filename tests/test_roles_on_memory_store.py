@@ -33,9 +33,7 @@ from pulsar_txn.metastore.base import Collected
 from pulsar_txn.metastore.keys import CUM, TOMB, ack_key
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
-    PROP_DEPLOYMENT,
     PROP_TXN,
-    PROP_WRITER,
     OpenWrite,
     Position,
     TxnId,
@@ -448,9 +446,8 @@ def test_a_run_registers_before_its_first_append_and_records_it_once(coord, stor
     records, registrations = store.list_writes(t)
     assert registrations == 1 and [(r.first, r.writer) for r in records] == [(Position(7, 10),
                                                                               "w")]
-    props = producer.sent[0][1]
-    assert props["k"] == "v" and props[PROP_TXN] == str(t) and props[PROP_WRITER] == "w"
-    assert props[PROP_DEPLOYMENT] == store.deployment
+    # the user's property and the protocol's one, nothing else
+    assert producer.sent[0][1] == {"k": "v", PROP_TXN: f"{t};w;{store.deployment}"}
 
 
 def test_no_append_after_the_decision(coord, store):

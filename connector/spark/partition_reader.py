@@ -19,7 +19,7 @@ from pulsar_txn.broker_io import scan
 from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.connection import naming
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
-from pulsar_txn.records import FOREIGN, PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, TxnId
+from pulsar_txn.records import PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
 from pulsar_txn.spark import configure_logging
 
 from .offsets import SegmentPartition, decode
@@ -95,7 +95,6 @@ class _Columns:
 _TS = pa.timestamp("us", tz="UTC")
 _PROPS = pa.map_(pa.string(), pa.string())
 _NO_STRINGS = pa.array([], pa.string())
-_INTERNAL = "__ptxn."
 
 
 def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHUNK):
@@ -113,6 +112,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     topic = part.topic or part.segment
     watch = None
     parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
+    tags: dict[str, tuple[str | None, str]] = {}  # protocol property -> (txn, writer)
     try:
         def txn_of(t: str, rows: _Columns) -> TxnId | None:
             if t not in parsed:
@@ -169,27 +169,26 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                                  fail_on_data_loss=opts.fail_on_data_loss, reader=opts.reader,
                                  kept=RESOURCES.readers):
                 props = raw.properties()
-                t = props.get(PROP_TXN)
-                if t is None:
+                if not props:
+                    t = None
                     rows.writers.append("")
-                    if props:
-                        rows.props.append([(k, v) for k, v in props.items()
-                                           if not k.startswith(_INTERNAL)])
-                        rows.plain_props = True
-                    else:
-                        rows.props.append(())
+                    rows.props.append(())
+                elif len(props) == 1 and PROP_TXN in props:
+                    # the usual transactional entry: its one property, parsed once per
+                    # distinct (txn, writer) of the range; no user properties to show
+                    tag = props[PROP_TXN]
+                    tw = tags.get(tag)
+                    if tw is None:
+                        tw = tags[tag] = entry_txn(props, deployment)
+                    t = tw[0]
+                    rows.writers.append(tw[1])
+                    rows.props.append(())
                 else:
-                    dep = props.get(PROP_DEPLOYMENT)
-                    if dep is not None and dep != deployment:
-                        t = FOREIGN + t
-                    w = props.get(PROP_WRITER)
-                    rows.writers.append(w or "")
-                    if len(props) == 1 + (w is not None) + (dep is not None):
-                        rows.props.append(())  # only our own properties: none to show
-                    else:
-                        rows.props.append([(k, v) for k, v in props.items()
-                                           if not k.startswith(_INTERNAL)])
-                        rows.plain_props = True
+                    t, w = entry_txn(props, deployment)
+                    rows.writers.append(w)
+                    rows.props.append([(k, v) for k, v in props.items()
+                                       if not k.startswith(PROTOCOL_PREFIX)])
+                    rows.plain_props = True
                 rows.txns.append(t)
                 rows.keys.append(raw.partition_key() or None)
                 rows.values.append(raw.data())

@@ -26,7 +26,7 @@ from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
-from pulsar_txn.records import TxnId, sink_owner
+from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.producer import ScalableProducer
 from pulsar_txn.spark import configure_logging
@@ -162,6 +162,20 @@ class _ScalableWrites:
             self.scalable.close()
 
 
+def refuse_reserved(batch, roles: dict[str, str]) -> None:
+    """Refuse a batch whose properties column carries a protocol property: it would make
+    a plain row look transactional, or a transactional one malformed (never delivered).
+    One vectorised check of the batch's map keys, before anything is appended."""
+    if "properties" not in roles:
+        return
+    keys = batch.column(roles["properties"]).keys
+    if len(keys) and pc.any(pc.starts_with(keys, PROTOCOL_PREFIX)).as_py():
+        key = next(k for k in keys.to_pylist() if k.startswith(PROTOCOL_PREFIX))
+        raise ConfigError(f"column {roles['properties']!r} has the property {key!r} in a row; "
+                          f"properties starting with {PROTOCOL_PREFIX!r} are the protocol's "
+                          "and reserved")
+
+
 def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list | None,
                                                        list | None]:
     """(values, keys, properties, event times) of an Arrow batch as the producer takes
@@ -226,6 +240,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
             n = batch.num_rows
             if n == 0:
                 continue
+            refuse_reserved(batch, roles)
             if (default_topic is not None and not default_topic.startswith("topic://")
                     and len(partitions(default_topic)) == 1):
                 # the common case, one plain topic: whole columns, no per-row routing

@@ -1,0 +1,31 @@
+"""Rows the sink refuses before anything is appended: the protocol's properties."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pulsar_txn.coordinator import TransactionCoordinator
+from pulsar_txn.errors import ConfigError
+from pulsar_txn.metastore import MemoryMetadataStore
+from pulsar_txn.spark.options import SinkOptions
+from pulsar_txn.spark.sink_task import write_rows
+
+# nothing listens here: a refused batch must fail before any connection is tried
+OPTS = {"service.url": "pulsar://127.0.0.1:9", "metastore.url": "redis://127.0.0.1:9",
+        "topic": "t"}
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+@pytest.mark.parametrize("key", ["__ptxn.txn", "__ptxn.t", "__ptxn.anything"])
+def test_a_row_carrying_a_protocol_property_is_refused_by_column_and_name(key, transactional):
+    """A user property named like the protocol's would make a plain row look
+    transactional, or a transactional one malformed (never delivered): refused."""
+    store = MemoryMetadataStore()
+    txn = TransactionCoordinator(store).new_transaction().txn_id if transactional else None
+    props = pa.array([[("a", "1")], [(key, "v5:0:1")]], pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_arrays([pa.array([b"x", b"y"]), props],
+                                       names=["value", "props"])
+    opts = SinkOptions.from_options(OPTS)
+    with pytest.raises(ConfigError, match=rf"column 'props'.*'{key}'.*reserved"):
+        write_rows(opts, {"value": "value", "properties": "props"}, [batch], txn, "w", store)

@@ -23,7 +23,7 @@ from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metrics import serve
-from pulsar_txn.records import TxnHeader, TxnId, sink_owner
+from pulsar_txn.records import WIRE_NAMES, TxnHeader, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.spark.options import sink_id_for_checkpoint
 
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="abort expired txns, finish cleanups, collect old "
                         "finalized ones", parents=common)
     sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    wf = sub.add_parser("wire-format", help="the form of the properties transactional "
+                        "appends carry in this namespace; --upgrade switches an earlier "
+                        "build's namespace to the one-property form", parents=common)
+    wf.add_argument("--upgrade", action="store_true",
+                    help="only once every process that reads the namespace is of this "
+                    "build or later: earlier builds never deliver the one-property form")
     mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
     ms = mt.add_subparsers(dest="metrics_cmd", required=True)
     serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
@@ -152,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             row = _header_dict(coord.get(t), now)
             row["sink"], row["batch"] = sink, args.batch_id
             _print([row], args.json)
+        elif args.cmd == "wire-format":
+            if args.upgrade:
+                store.upgrade_wire_format()
+            _print([{"namespace": args.namespace,
+                     "wire_format": WIRE_NAMES[store.wire_format]}], args.json)
         elif args.cmd == "sweep":
             t0 = time.monotonic()
             done = coord.sweep_all(args.retention_ms)

@@ -36,7 +36,7 @@ from pulsar_txn.records import (
     Position,
     TxnEvent,
     TxnId,
-    entry_txn,
+    entry_txn_cached,
 )
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.transaction import Transaction
@@ -120,6 +120,7 @@ class GatedStream:
         self._is_reader = isinstance(self, Reader)
         self._verdicts: dict[tuple[str, str], Verdict] = {}
         self._ids: dict[str, TxnId] = {}
+        self._tags: dict[str, tuple[str | None, str]] = {}  # see records.entry_txn_cached
         self._below = False
         self.skipped = 0
 
@@ -143,6 +144,7 @@ class GatedStream:
         append = self._buf.append
         last, received = self._last, self._received
         dep = self._side.store.deployment
+        tags = self._tags
         if self._is_reader:  # in order: the last id held is the highest
             for raw in raws:
                 mid = raw.message_id()
@@ -150,7 +152,7 @@ class GatedStream:
                     continue  # a broker redelivery (pulsar-lite duplicates unbatched topics)
                 last = mid
                 props = raw.properties()
-                t, w = entry_txn(props, dep)
+                t, w = entry_txn_cached(props, dep, tags)
                 append((raw, mid, t, w))
             received = last
         else:
@@ -166,7 +168,7 @@ class GatedStream:
                             if received is None or received < mid:
                                 received = mid
                             props = raw.properties()
-                            t, w = entry_txn(props, dep)
+                            t, w = entry_txn_cached(props, dep, tags)
                             append((raw, mid, t, w))
                             continue
                 if dedupe and raw.redelivery_count() == 0:
@@ -176,7 +178,7 @@ class GatedStream:
                 if received is None or received < mid:
                     received = mid
                 props = raw.properties()
-                t, w = entry_txn(props, dep)
+                t, w = entry_txn_cached(props, dep, tags)
                 append((raw, mid, t, w))
         self._last, self._received = last, received
         self._below = received is not None and received <= self._gate_id

@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .errors import InvalidTxnId
+from .errors import ConfigError, InvalidTxnId
 from .state import TxnState
 
 SCHEMA_VERSION = 1
@@ -24,16 +24,25 @@ SCHEMA_VERSION = 1
 # entry: a mixed-version deployment fails closed.
 PROP_TXN = "__ptxn.txn"
 TAG_SEP = ";"  # in none of a txn id, a writer id (_WRITER_ID) or a deployment id
-# The three-property form of earlier builds (PROP_TXN holding the id alone): read, never
-# written.
+# The three-property form of earlier builds (PROP_TXN holding the id alone): always
+# read; written only in a namespace of an earlier build until an operator upgrades it
+# (MetadataStore.wire_format), so its readers never miss an entry.
 PROP_WRITER = "__ptxn.writer"
 PROP_DEPLOYMENT = "__ptxn.dep"
+WIRE_THREE = 1  # the namespace's appends carry the three-property form
+WIRE_ONE = 2    # ... the one-property form
+WIRE_NAMES = {WIRE_THREE: "three-property", WIRE_ONE: "one-property"}
 PROTOCOL_PREFIX = "__ptxn."  # every property of the protocol: reserved, never shown
 FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
 
 
-def txn_properties(txn_id: TxnId, writer: str, deployment: str) -> dict[str, str]:
-    """The protocol's properties of a transactional append by ``writer``."""
+def txn_properties(txn_id: TxnId, writer: str, deployment: str,
+                   wire: int = WIRE_ONE) -> dict[str, str]:
+    """The protocol's properties of a transactional append by ``writer``, in the
+    namespace's wire format. Raises for a writer id the property cannot carry."""
+    check_writer_id(writer)
+    if wire == WIRE_THREE:
+        return {PROP_TXN: str(txn_id), PROP_WRITER: writer, PROP_DEPLOYMENT: deployment}
     return {PROP_TXN: f"{txn_id}{TAG_SEP}{writer}{TAG_SEP}{deployment}"}
 
 
@@ -50,11 +59,31 @@ def entry_txn(props: dict, deployment: str) -> tuple[str | None, str]:
         if len(parts) != 3 or PROP_WRITER in props or PROP_DEPLOYMENT in props:
             return FOREIGN + tag, ""  # malformed, or a mix of both forms: trust neither
         t, writer, dep = parts
+        if not _WRITER_ID.match(writer):
+            return FOREIGN + tag, ""  # no writer: forged or corrupt, never a winner
         return (t if dep == deployment else FOREIGN + t), writer
     # the three-property form; its oldest entries carry no deployment: this one's
     if props.get(PROP_DEPLOYMENT, deployment) != deployment:
         return FOREIGN + tag, props.get(PROP_WRITER, "")
     return tag, props.get(PROP_WRITER, "")
+
+
+def entry_txn_cached(props: dict, deployment: str,
+                     cache: dict[str, tuple[str | None, str]]) -> tuple[str | None, str]:
+    """``entry_txn``, parsed once per distinct value while the entry has no other
+    property (the usual transactional entry): a reader's per-message cost. ``cache``
+    is the caller's, per deployment, and is emptied when it reaches 4,096 values."""
+    tag = props.get(PROP_TXN)
+    if tag is None:
+        return None, ""
+    if len(props) != 1:
+        return entry_txn(props, deployment)
+    tw = cache.get(tag)
+    if tw is None:
+        if len(cache) >= 4096:
+            cache.clear()
+        tw = cache[tag] = entry_txn(props, deployment)
+    return tw
 
 
 _TXN_ID = re.compile(r"^v5:(\d{1,4}):(\d{1,19})$")
@@ -171,8 +200,9 @@ class SinkBatch:
 
 
 def check_writer_id(writer: str) -> str:
-    if not _WRITER_ID.match(writer):
-        raise ValueError(f"writer id {writer!r} must match {_WRITER_ID.pattern}")
+    if not isinstance(writer, str) or not _WRITER_ID.match(writer):
+        raise ConfigError(f"writer id {writer!r} (option 'writer_id') must match "
+                          f"{_WRITER_ID.pattern}")
     return writer
 
 

@@ -48,7 +48,9 @@ class WriterRun:
         # Held by every send while the run has no first position: appends are then one
         # at a time, so the first position recorded is the lowest the run appended.
         self._first_lock = threading.Lock()
-        self._txn_props = txn_properties(txn_id, writer, store.deployment)
+        # first: a writer id the property cannot carry is refused before registering
+        self._txn_props = txn_properties(txn_id, writer, store.deployment,
+                                         store.wire_format)
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
         # and a TopicTerminated append is re-routed by the producer, not an error here.
         self._fence = fence

@@ -7,7 +7,7 @@ from helpers import raw_entries, values
 
 from pulsar_txn.client import Transaction
 from pulsar_txn.errors import ReadTimeout, TxnNotOpen
-from pulsar_txn.records import PROP_TXN, PROP_WRITER, Position
+from pulsar_txn.records import Position, txn_properties
 
 
 def test_gate_between_append_and_record_does_not_pass_the_entry(client, plain_pulsar,
@@ -18,7 +18,8 @@ def test_gate_between_append_and_record_does_not_pass_the_entry(client, plain_pu
     txn = client.new_transaction()
     client.store.register_write(txn.id, t, "w1")            # step 1: registration
     raw = plain_pulsar.create_producer(t)                    # step 2: the append
-    mid = raw.send(b"in-window", properties={PROP_TXN: str(txn.id), PROP_WRITER: "w1"})
+    mid = raw.send(b"in-window",
+                   properties=txn_properties(txn.id, "w1", client.store.deployment))
     pos = Position.of(mid).entry_position
     # step 3 (record) has not happened: a gate computed now must stay below the entry
     gate = client.buffer.gate(t, received_upto=pos)
@@ -58,7 +59,8 @@ def test_writer_registered_before_end_but_not_winner_stays_invisible(client, pla
     # a second attempt registered and appended, but the committer never heard of it
     client.store.register_write(txn.id, t, "late-attempt")
     raw = plain_pulsar.create_producer(t)
-    raw.send(b"loser", properties={PROP_TXN: str(txn.id), PROP_WRITER: "late-attempt"})
+    raw.send(b"loser",
+             properties=txn_properties(txn.id, "late-attempt", client.store.deployment))
     txn.commit()  # winners = the writers this client knows
     assert values(client.create_reader(t)) == [b"winner"]
     client.coordinator.sweep_gc(retention_ms=0)  # ... and after header GC (H2)

@@ -119,6 +119,10 @@ def test_malformed_txn_property_is_never_delivered_and_does_not_stop_the_reader(
     raw = plain_pulsar.create_producer(t)
     raw.send(b"before")
     raw.send(b"forged", properties={PROP_TXN: "v4:123:456", PROP_WRITER: "w"})
+    raw.send(b"forged", properties={PROP_TXN: "v4:123:456;w;" + client.store.deployment})
+    # both forms at once: which to believe is unknown
+    raw.send(b"forged", properties={PROP_TXN: "v5:0:1;w;" + client.store.deployment,
+                                    PROP_WRITER: "w"})
     raw.send(b"after")
     assert values(client.create_reader(t)) == [b"before", b"after"]
 

@@ -84,9 +84,11 @@ class Watch(Protocol):
 
 class MetadataStore(Protocol):
     partitions: int
-    deployment: str  # carried by every transactional append (see records.PROP_DEPLOYMENT)
+    deployment: str  # carried by every transactional append (see records.PROP_TXN)
+    wire_format: int  # the form of those appends' properties (records.WIRE_*)
 
-    def still_current(self) -> bool: ...  # same deployment and server as when opened
+    def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
+    def upgrade_wire_format(self) -> None: ...  # to WIRE_ONE: every reader reads it
 
     # ---- transactions (coordinator) ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId: ...

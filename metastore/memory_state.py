@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 
 from pulsar_txn.errors import MetastoreError, TxnNotFound, TxnNotOpen, TxnTimedOut
-from pulsar_txn.records import TxnEvent, TxnHeader, TxnId
+from pulsar_txn.records import WIRE_ONE, TxnEvent, TxnHeader, TxnId
 from pulsar_txn.state import TxnState
 
 
@@ -87,9 +87,11 @@ class Topic:
 class Server:
     """What a Redis server holds for one namespace: shared by every client of it."""
 
-    def __init__(self, partitions: int, clock: Callable[[], int]) -> None:
+    def __init__(self, partitions: int, clock: Callable[[], int],
+                 wire_format: int = WIRE_ONE) -> None:
         self.lock = threading.RLock()
         self.partitions = partitions
+        self.wire_format = wire_format
         self.clock = clock
         self.deployment = uuid.uuid4().hex[:12]
         self.parts: dict[int, Partition] = {}

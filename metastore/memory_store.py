@@ -37,6 +37,7 @@ from pulsar_txn.errors import (
     TxnNotFound,
 )
 from pulsar_txn.records import (
+    WIRE_ONE,
     EventKind,
     OpenWrite,
     Position,
@@ -73,15 +74,16 @@ class MemoryMetadataStore(AckTables, Layouts):
     """
 
     def __init__(self, name: str | None = None, namespace: str = "ptxn",
-                 partitions: int | None = None, clock: Callable[[], int] | None = None) -> None:
+                 partitions: int | None = None, clock: Callable[[], int] | None = None,
+                 wire_format: int = WIRE_ONE) -> None:
         Keys(namespace, 1)  # the same namespace rule as Redis
         if name is None:
-            server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms)
+            server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
         else:
             with _NAMED_LOCK:
                 server = _NAMED.get((name, namespace))
                 if server is None:
-                    server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms)
+                    server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
                     _NAMED[(name, namespace)] = server
         if partitions is not None and partitions != server.partitions:
             raise ConfigError(f"metastore partitions={partitions} but namespace {namespace!r} "
@@ -96,6 +98,7 @@ class MemoryMetadataStore(AckTables, Layouts):
         self.keys = Keys(namespace, server.partitions)
         self.partitions = server.partitions
         self.deployment = server.deployment
+        self.wire_format = server.wire_format
         self._closed = False
         self._watches: list = []
 
@@ -114,7 +117,13 @@ class MemoryMetadataStore(AckTables, Layouts):
     def still_current(self) -> bool:
         """The state lives as long as the process, so only this client's close ends it
         (a worker that keeps stores between jobs then opens a fresh one)."""
-        return not self._closed
+        return not self._closed and self.wire_format == self._s.wire_format
+
+    def upgrade_wire_format(self) -> None:
+        """See RedisMetadataStore.upgrade_wire_format."""
+        with self._s.lock:
+            self._s.wire_format = WIRE_ONE
+        self.wire_format = WIRE_ONE
 
     def close(self) -> None:
         """Stops the watches this client started: nothing else holds their threads."""

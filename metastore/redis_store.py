@@ -37,6 +37,8 @@ from pulsar_txn.errors import (
     TxnNotFound,
 )
 from pulsar_txn.records import (
+    WIRE_ONE,
+    WIRE_THREE,
     Position,
     SinkBatch,
     TxnEvent,
@@ -89,8 +91,8 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
                       else redis.Redis(connection_pool=self.pool))
             self.scripts = Scripts(self.r)
             check_persistence(self.r, self.url, self.durability)
-            self.partitions, layout, self.deployment = self._first_use(cfg.namespace,
-                                                                       partitions)
+            self.partitions, layout, self.deployment, self.wire_format = self._first_use(
+                cfg.namespace, partitions)
             self._run_id = self._server_run_id()
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
@@ -103,21 +105,22 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
 
-    def _first_use(self, ns: str, wanted: int | None) -> tuple[int, str, str]:
-        """(P, key layout, deployment id), fixed at the namespace's first use in one
-        step (init_namespace.lua): ids and slots depend on P, every key on the layout,
+    def _first_use(self, ns: str, wanted: int | None) -> tuple[int, str, str, int]:
+        """(P, key layout, deployment id, wire format), fixed at the namespace's first
+        use in one step (init_namespace.lua): ids and slots depend on P, every key on the layout,
         and every transactional append carries the deployment id, so an entry written
         under another deployment is never classified with this one's ids."""
-        stored, layout, dep = self.scripts.init_namespace(
+        stored, layout, dep, wire = self.scripts.init_namespace(
             keys=[Keys(ns, 1).config()],
-            args=[wanted or DEFAULT_PARTITIONS, uuid.uuid4().hex[:12], SPREAD_LAYOUT])
+            args=[wanted or DEFAULT_PARTITIONS, uuid.uuid4().hex[:12], SPREAD_LAYOUT,
+                  WIRE_ONE])
         if wanted is not None and wanted != int(stored):
             raise ConfigError(
                 f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
         if layout not in LAYOUTS:
             raise ConfigError(f"namespace {ns!r} uses key layout {layout!r}, which this version "
                               f"does not know ({', '.join(LAYOUTS)}): upgrade this process")
-        return int(stored), layout, str(dep)
+        return int(stored), layout, str(dep), int(wire)
 
     def _server_run_id(self) -> str:
         """The server process(es): on a cluster, every primary's (a failover changes it)."""
@@ -133,13 +136,21 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         replaced metastore at the same URL, or a restarted server, needs a fresh open
         (deployment id, partitions, persistence check), never the remembered ones."""
         try:
-            dep, deployment, partitions = self.r.hmget(Keys(self.keys.ns, 1).config(),
-                                                       "dep", "deployment", "partitions")
+            dep, deployment, partitions, wire = self.r.hmget(
+                Keys(self.keys.ns, 1).config(), "dep", "deployment", "partitions", "wire")
             return ((dep or deployment) == self.deployment and partitions is not None
                     and int(partitions) == self.partitions
+                    and int(wire or WIRE_THREE) == self.wire_format
                     and self._server_run_id() == self._run_id)
         except (redis.RedisError, ValueError):
             return False
+
+    def upgrade_wire_format(self) -> None:
+        """Switch the namespace's appends to the one-property form: for when every
+        process that reads it is of a build that reads that form. Other clients see
+        ``still_current()`` turn false and reopen."""
+        self.r.hset(Keys(self.keys.ns, 1).config(), "wire", WIRE_ONE)
+        self.wire_format = WIRE_ONE
 
     def close(self) -> None:
         if self.pool is None:

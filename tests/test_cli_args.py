@@ -59,3 +59,22 @@ def test_topic_subcommands_take_the_global_and_topic_options_after_them():
         ["topic", "describe", "topic://t/n/x", "--json", "--service-url", "pulsar://b:1",
          "--metastore", "redis://h:1"])
     assert (args.json, args.service_url, args.metastore) == (True, "pulsar://b:1", "redis://h:1")
+
+
+def test_wire_format_shows_and_upgrades_an_earlier_namespace(capsys):
+    """An operator switches an earlier build's namespace to the one-property form once
+    every reader is upgraded; a new namespace already has it."""
+    import uuid
+
+    from pulsar_txn.metastore import MemoryMetadataStore
+    from pulsar_txn.records import WIRE_ONE, WIRE_THREE
+
+    name = f"cli-wire-{uuid.uuid4().hex[:8]}"
+    earlier = MemoryMetadataStore(name, wire_format=WIRE_THREE)
+    url = f"memory://{name}"
+    assert cli.main(["--metastore", url, "wire-format", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["wire_format"] == "three-property"
+    assert cli.main(["wire-format", "--upgrade", "--metastore", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["wire_format"] == "one-property"
+    assert not earlier.still_current()
+    assert MemoryMetadataStore(name).wire_format == WIRE_ONE

@@ -95,7 +95,14 @@ def test_another_deployments_entry_is_never_one_of_ours(props):
     assert _never_ours(t)
 
 
+def test_a_writer_id_the_property_cannot_carry_is_refused():
+    with pytest.raises(ValueError, match="writer"):
+        txn_properties(TxnId(0, 1), "a;b", "dep1")
+
+
 @pytest.mark.parametrize("props", [
+    {PROP_TXN: "v5:3:17;;dep1"},               # no writer: a forged or corrupt value
+    {PROP_TXN: "v5:3:17;a b;dep1"},
     {PROP_TXN: "v5:3:17;w"},
     {PROP_TXN: "v5:3:17;w;dep1;more"},
     {PROP_TXN: ";;"},

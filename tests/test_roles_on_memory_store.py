@@ -33,7 +33,10 @@ from pulsar_txn.metastore.base import Collected
 from pulsar_txn.metastore.keys import CUM, TOMB, ack_key
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
+    PROP_DEPLOYMENT,
     PROP_TXN,
+    PROP_WRITER,
+    WIRE_THREE,
     OpenWrite,
     Position,
     TxnId,
@@ -448,6 +451,26 @@ def test_a_run_registers_before_its_first_append_and_records_it_once(coord, stor
                                                                               "w")]
     # the user's property and the protocol's one, nothing else
     assert producer.sent[0][1] == {"k": "v", PROP_TXN: f"{t};w;{store.deployment}"}
+
+
+def test_a_writer_on_an_earlier_namespace_appends_the_three_property_form():
+    """Until the namespace is upgraded, readers of an earlier build may read it."""
+    store = MemoryMetadataStore(wire_format=WIRE_THREE)
+    t = TransactionCoordinator(store).new_transaction().txn_id
+    producer = FakeProducer()
+    run = WriterRun(store, t, "s", "w", producer)
+    run.send(b"m", {"k": "v"})
+    assert producer.sent[0][1] == {"k": "v", PROP_TXN: str(t), PROP_WRITER: "w",
+                                   PROP_DEPLOYMENT: store.deployment}
+
+
+@pytest.mark.parametrize("writer", ["a;b", "", "a b", "x" * 201])
+def test_a_writer_id_the_property_cannot_carry_is_refused_before_registering(coord, store,
+                                                                          writer):
+    t = coord.new_transaction().txn_id
+    with pytest.raises(ConfigError, match="writer"):
+        WriterRun(store, t, "s", writer, FakeProducer())
+    assert store.open_writes("s") == []
 
 
 def test_no_append_after_the_decision(coord, store):

@@ -8,8 +8,9 @@ import pytest
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore import MemoryMetadataStore
+from pulsar_txn.producer import user_props
 from pulsar_txn.spark.options import SinkOptions
-from pulsar_txn.spark.sink_task import write_rows
+from pulsar_txn.spark.sink_task import refuse_reserved, write_rows
 
 # nothing listens here: a refused batch must fail before any connection is tried
 OPTS = {"service.url": "pulsar://127.0.0.1:9", "metastore.url": "redis://127.0.0.1:9",
@@ -29,3 +30,22 @@ def test_a_row_carrying_a_protocol_property_is_refused_by_column_and_name(key, t
     opts = SinkOptions.from_options(OPTS)
     with pytest.raises(ConfigError, match=rf"column 'props'.*'{key}'.*reserved"):
         write_rows(opts, {"value": "value", "properties": "props"}, [batch], txn, "w", store)
+
+
+def test_only_the_batchs_own_rows_are_checked_for_protocol_properties():
+    """A slice, or a null map over stored keys, holds no protocol property: not refused."""
+    props = pa.array([[("__ptxn.txn", "x")], [("a", "1")]], pa.map_(pa.string(), pa.string()))
+    batch = pa.RecordBatch.from_arrays([pa.array([b"x", b"y"]), props],
+                                       names=["value", "props"]).slice(1, 1)
+    refuse_reserved(batch, {"value": "value", "properties": "props"})
+    masked = pa.MapArray.from_arrays(props.offsets, props.keys, props.items,
+                                     mask=pa.array([True, False]))
+    refuse_reserved(pa.RecordBatch.from_arrays([pa.array([b"x", b"y"]), masked],
+                                               names=["value", "props"]),
+                    {"value": "value", "properties": "props"})
+
+
+def test_the_client_producer_refuses_a_protocol_property_by_name():
+    with pytest.raises(ConfigError, match="'__ptxn.x'.*reserved"):
+        user_props({"a": 1, "__ptxn.x": "1"})
+    assert user_props({"a": 1}) == {"a": "1"}

@@ -45,6 +45,8 @@ from pulsar_txn.metastore.base import (
 from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, ack_key
 from pulsar_txn.metastore.memory_acks import TRIMMED_HOLDER
 from pulsar_txn.records import (
+    WIRE_ONE,
+    WIRE_THREE,
     OpenWrite,
     Position,
     SinkBatch,
@@ -87,6 +89,11 @@ class Backend:
     def advance(self, ms: int) -> None:
         self._advance(ms)
 
+    def earlier(self) -> Callable[[], MetadataStore]:
+        """Opens clients of a namespace as a build before the one-property form left it
+        (no wire format recorded); the first call creates it."""
+        raise NotImplementedError  # set per backend
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
@@ -108,6 +115,11 @@ def backend(request):
 
         def reopen(**kw):
             return open_store(f"memory://{name}", **{"partitions": P, **kw})
+
+        def earlier():
+            old = f"memory://{name}-old"
+            MemoryMetadataStore(f"{name}-old", partitions=P, wire_format=WIRE_THREE).close()
+            return lambda: open_store(old, partitions=P)
     else:
         url = f"{request.getfixturevalue('redis_server').url}?namespace=c{uuid.uuid4().hex[:10]}"
 
@@ -117,8 +129,16 @@ def backend(request):
         def reopen(**kw):
             return open_store(url, **{"partitions": P, **kw})
 
+        def earlier():
+            old = f"{url}old"
+            first = open_store(old, partitions=P)
+            first.r.hdel(first.keys.config(), "wire")  # what an earlier build recorded
+            first.close()
+            return lambda: open_store(old, partitions=P)
+
         store = reopen()
     b = Backend(request.param, store, reopen, advance)
+    b.earlier = earlier
     yield b
     for s in b.opened:
         s.close()
@@ -178,6 +198,31 @@ def test_clients_of_one_state_agree_on_deployment_and_partitions(backend):
     assert backend.store.still_current() and other.still_current()
     with pytest.raises(ConfigError):
         backend.client(partitions=P + 1)
+
+
+def test_a_new_namespace_writes_the_one_property_form(backend):
+    assert backend.store.wire_format == WIRE_ONE == backend.client().wire_format
+
+
+def test_an_earlier_namespace_keeps_the_three_property_form_until_upgraded(backend):
+    """Readers of an earlier build never deliver the one-property form: a namespace
+    they may read switches only when an operator says every reader is upgraded, and
+    clients that keep a store between jobs see the switch (still_current)."""
+    open_earlier = backend.earlier()
+    a, b = open_earlier(), open_earlier()
+    try:
+        assert a.wire_format == b.wire_format == WIRE_THREE
+        a.upgrade_wire_format()
+        assert a.wire_format == WIRE_ONE
+        assert not b.still_current()
+        c = open_earlier()
+        assert c.wire_format == WIRE_ONE and c.still_current()
+        c.upgrade_wire_format()  # once upgraded, again is a no-op
+        assert c.wire_format == WIRE_ONE
+        c.close()
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_second_client_sees_the_first_ones_state(backend):

@@ -13,6 +13,7 @@ import pulsar
 
 from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed
 from pulsar_txn.producer import send_kw, user_props
+from pulsar_txn.records import check_writer_id
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalable
 from pulsar_txn.transaction import Transaction
@@ -60,7 +61,9 @@ class ScalableProducer:
         self.pulsar = client
         self.topics = topics
         self.topic = normalize_scalable(name)
-        self.writer_id = writer_id or f"p{uuid.uuid4().hex[:16]}"
+        # a writer id the protocol property cannot carry is refused here, not at a send
+        self.writer_id = (check_writer_id(writer_id) if writer_id
+                          else f"p{uuid.uuid4().hex[:16]}")
         self._kwargs = kwargs
         self._layout = topics.follow(self.topic)
         self._subs: dict[int, _SegmentProducer] = {}

@@ -168,7 +168,13 @@ def refuse_reserved(batch, roles: dict[str, str]) -> None:
     One vectorised check of the batch's map keys, before anything is appended."""
     if "properties" not in roles:
         return
-    keys = batch.column(roles["properties"]).keys
+    col = batch.column(roles["properties"])
+    if not len(col.keys):
+        return
+    # the keys of this batch's rows only (a map's .keys is its whole child array, which
+    # a sliced batch or a null map may not own)
+    keys = pc.list_flatten(pa.ListArray.from_arrays(
+        col.offsets, col.keys, mask=col.is_null() if col.null_count else None))
     if len(keys) and pc.any(pc.starts_with(keys, PROTOCOL_PREFIX)).as_py():
         key = next(k for k in keys.to_pylist() if k.startswith(PROTOCOL_PREFIX))
         raise ConfigError(f"column {roles['properties']!r} has the property {key!r} in a row; "

@@ -7,15 +7,19 @@
 -- spread namespace stamps its entries with it and they are never delivered, and this
 -- version's entries are never delivered to it either (fail closed both ways).
 -- A namespace created before keeps its plain tags and its id in 'deployment'.
+-- 'wire': the form of a transactional append's properties (records.WIRE_*). A new
+-- namespace gets ARGV[4]; one created by an earlier build has none, and keeps the form
+-- its readers know (1) until an operator upgrades it.
 -- KEYS[1] config hash
 -- ARGV[1] partitions for a new namespace   ARGV[2] a fresh deployment id
--- ARGV[3] key layout for a new namespace (e.g. 'spread1')
--- returns {partitions, key layout, deployment id}
+-- ARGV[3] key layout for a new namespace (e.g. 'spread1')   ARGV[4] its wire format
+-- returns {partitions, key layout, deployment id, wire format}
 if redis.call('HEXISTS', KEYS[1], 'partitions') == 0 then
   redis.call('HSET', KEYS[1], 'tags', ARGV[3], 'dep', ARGV[2],
-             'deployment', 'refused-by-spread-tags:' .. ARGV[2], 'partitions', ARGV[1])
+             'deployment', 'refused-by-spread-tags:' .. ARGV[2], 'partitions', ARGV[1],
+             'wire', ARGV[4])
 end
-local c = redis.call('HMGET', KEYS[1], 'partitions', 'tags', 'deployment', 'dep')
+local c = redis.call('HMGET', KEYS[1], 'partitions', 'tags', 'deployment', 'dep', 'wire')
 local tags = c[2]
 if not tags then
   tags = 'plain'  -- created by a version before the key layout was recorded
@@ -30,4 +34,4 @@ if not dep then
     dep = redis.call('HGET', KEYS[1], 'deployment')
   end
 end
-return {c[1], tags, dep}
+return {c[1], tags, dep, c[5] or '1'}

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 import uuid
@@ -194,6 +195,12 @@ def main() -> None:
         results.update(plain_producer=producer, plain=plain, txn=txn,
                        sink_runs=[("txn" if r["transactional"] else "plain",
                                    round(r["rows_per_s_wall"])) for r in runs],
+                       # the medians: a plain run that happened to be fast decides the
+                       # best-of ratio on this noisy machine
+                       ratio_wall_median=statistics.median(
+                           r["rows_per_s_wall"] for r in runs if r["transactional"])
+                       / statistics.median(r["rows_per_s_wall"] for r in runs
+                                           if not r["transactional"]),
                        ratio_wall=txn["rows_per_s_wall"] / plain["rows_per_s_wall"],
                        ratio_addBatch=txn["rows_per_s_addBatch"] / plain["rows_per_s_addBatch"],
                        target=">= 0.97",

@@ -23,7 +23,7 @@ from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metrics import serve
-from pulsar_txn.records import WIRE_NAMES, TxnHeader, TxnId, sink_owner
+from pulsar_txn.records import WIRE_NAMES, WIRE_ONE, WIRE_THREE, TxnHeader, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.spark.options import sink_id_for_checkpoint
 
@@ -93,9 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     wf = sub.add_parser("wire-format", help="the form of the properties transactional "
                         "appends carry in this namespace; --upgrade switches an earlier "
                         "build's namespace to the one-property form", parents=common)
-    wf.add_argument("--upgrade", action="store_true",
-                    help="only once every process that reads the namespace is of this "
-                    "build or later: earlier builds never deliver the one-property form")
+    switch = wf.add_mutually_exclusive_group()
+    switch.add_argument("--upgrade", action="store_true",
+                        help="only once every process that reads the namespace is of this "
+                        "build or later: earlier builds never deliver the one-property form")
+    switch.add_argument("--downgrade", action="store_true",
+                        help="back to the three-property form, for a reader of an earlier "
+                        "build that has to run again")
     mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
     ms = mt.add_subparsers(dest="metrics_cmd", required=True)
     serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
@@ -159,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             row["sink"], row["batch"] = sink, args.batch_id
             _print([row], args.json)
         elif args.cmd == "wire-format":
-            if args.upgrade:
-                store.upgrade_wire_format()
+            if args.upgrade or args.downgrade:
+                store.set_wire_format(WIRE_ONE if args.upgrade else WIRE_THREE)
             _print([{"namespace": args.namespace,
                      "wire_format": WIRE_NAMES[store.wire_format]}], args.json)
         elif args.cmd == "sweep":

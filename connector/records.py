@@ -32,6 +32,19 @@ PROP_DEPLOYMENT = "__ptxn.dep"
 WIRE_THREE = 1  # the namespace's appends carry the three-property form
 WIRE_ONE = 2    # ... the one-property form
 WIRE_NAMES = {WIRE_THREE: "three-property", WIRE_ONE: "one-property"}
+
+
+def check_wire_format(wire, where: str) -> int:
+    """A recorded wire format this build writes; a later build's is never overwritten."""
+    try:
+        known = int(wire) in WIRE_NAMES
+    except (TypeError, ValueError):
+        known = False
+    if not known:
+        raise ConfigError(f"namespace {where!r} uses wire format {wire!r}, which this "
+                          f"version does not know ({', '.join(map(str, WIRE_NAMES))}): "
+                          "upgrade this process")
+    return int(wire)
 PROTOCOL_PREFIX = "__ptxn."  # every property of the protocol: reserved, never shown
 FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
 

@@ -120,11 +120,17 @@ def test_malformed_txn_property_is_never_delivered_and_does_not_stop_the_reader(
     raw.send(b"before")
     raw.send(b"forged", properties={PROP_TXN: "v4:123:456", PROP_WRITER: "w"})
     raw.send(b"forged", properties={PROP_TXN: "v4:123:456;w;" + client.store.deployment})
-    # both forms at once: which to believe is unknown
-    raw.send(b"forged", properties={PROP_TXN: "v5:0:1;w;" + client.store.deployment,
-                                    PROP_WRITER: "w"})
+    # a committed txn's id and winning writer, but both forms at once: which to believe
+    # is unknown, so neither is; the same id and writer in one form is delivered
+    txn = client.new_transaction()
+    client.create_producer(t).send(b"committed", txn=txn)
+    (run,), _ = client.store.list_writes(txn.id)
+    tag = f"{txn.id};{run.writer};{client.store.deployment}"
+    raw.send(b"forged", properties={PROP_TXN: tag, PROP_WRITER: run.writer})
+    raw.send(b"control", properties={PROP_TXN: tag})
+    txn.commit()
     raw.send(b"after")
-    assert values(client.create_reader(t)) == [b"before", b"after"]
+    assert values(client.create_reader(t)) == [b"before", b"committed", b"control", b"after"]
 
 
 def test_entries_of_another_deployment_are_never_delivered(make_client, topic_name):

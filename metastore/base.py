@@ -88,7 +88,7 @@ class MetadataStore(Protocol):
     wire_format: int  # the form of those appends' properties (records.WIRE_*)
 
     def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
-    def upgrade_wire_format(self) -> None: ...  # to WIRE_ONE: every reader reads it
+    def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it
 
     # ---- transactions (coordinator) ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId: ...

@@ -46,6 +46,7 @@ from pulsar_txn.records import (
     TxnHeader,
     TxnId,
     WriteRecord,
+    check_wire_format,
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
@@ -119,11 +120,12 @@ class MemoryMetadataStore(AckTables, Layouts):
         (a worker that keeps stores between jobs then opens a fresh one)."""
         return not self._closed and self.wire_format == self._s.wire_format
 
-    def upgrade_wire_format(self) -> None:
-        """See RedisMetadataStore.upgrade_wire_format."""
+    def set_wire_format(self, wire: int) -> None:
+        """See RedisMetadataStore.set_wire_format."""
+        wire = check_wire_format(wire, self.keys.ns)
         with self._s.lock:
-            self._s.wire_format = WIRE_ONE
-        self.wire_format = WIRE_ONE
+            self._s.wire_format = wire
+        self.wire_format = wire
 
     def close(self) -> None:
         """Stops the watches this client started: nothing else holds their threads."""

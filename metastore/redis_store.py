@@ -44,6 +44,7 @@ from pulsar_txn.records import (
     TxnEvent,
     TxnHeader,
     TxnId,
+    check_wire_format,
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
@@ -120,7 +121,7 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         if layout not in LAYOUTS:
             raise ConfigError(f"namespace {ns!r} uses key layout {layout!r}, which this version "
                               f"does not know ({', '.join(LAYOUTS)}): upgrade this process")
-        return int(stored), layout, str(dep), int(wire)
+        return int(stored), layout, str(dep), check_wire_format(wire, ns)
 
     def _server_run_id(self) -> str:
         """The server process(es): on a cluster, every primary's (a failover changes it)."""
@@ -145,12 +146,14 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         except (redis.RedisError, ValueError):
             return False
 
-    def upgrade_wire_format(self) -> None:
-        """Switch the namespace's appends to the one-property form: for when every
-        process that reads it is of a build that reads that form. Other clients see
-        ``still_current()`` turn false and reopen."""
-        self.r.hset(Keys(self.keys.ns, 1).config(), "wire", WIRE_ONE)
-        self.wire_format = WIRE_ONE
+    def set_wire_format(self, wire: int) -> None:
+        """Switch the form of the namespace's appends: WIRE_ONE once every process
+        that reads it is of a build that reads that form, WIRE_THREE back if one of an
+        earlier build must run again. Other clients see ``still_current()`` turn false
+        and reopen."""
+        wire = check_wire_format(wire, self.keys.ns)
+        self.r.hset(Keys(self.keys.ns, 1).config(), "wire", wire)
+        self.wire_format = wire
 
     def close(self) -> None:
         if self.pool is None:

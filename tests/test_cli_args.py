@@ -78,3 +78,6 @@ def test_wire_format_shows_and_upgrades_an_earlier_namespace(capsys):
     assert json.loads(capsys.readouterr().out)[0]["wire_format"] == "one-property"
     assert not earlier.still_current()
     assert MemoryMetadataStore(name).wire_format == WIRE_ONE
+    assert cli.main(["wire-format", "--downgrade", "--metastore", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["wire_format"] == "three-property"
+    assert MemoryMetadataStore(name).wire_format == WIRE_THREE

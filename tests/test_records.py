@@ -14,6 +14,7 @@ from pulsar_txn.records import (
     Position,
     TxnId,
     entry_txn,
+    entry_txn_cached,
     txn_properties,
 )
 
@@ -80,6 +81,24 @@ def test_entries_written_in_the_three_property_form_stay_readable():
     assert entry_txn({PROP_TXN: "v5:3:17", PROP_WRITER: "w"}, "dep1") == ("v5:3:17", "w")
 
 
+def _cached(props: dict, deployment: str):
+    """entry_txn_cached with a cache per deployment shared across the calls of a test
+    (as a reader's, whose store's deployment is fixed)."""
+    return entry_txn_cached(props, deployment, _CACHES.setdefault(deployment, {}))
+
+
+_CACHES: dict[str, dict] = {}
+CLASSIFIERS = [entry_txn, _cached]
+
+
+@pytest.mark.parametrize("classify", CLASSIFIERS)
+def test_the_cached_classification_is_the_uncached_one(classify):
+    for dep in ("dep1", "dep2"):
+        for props in ({PROP_TXN: "v5:3:17;w;dep1"}, {PROP_TXN: "v5:3:17;w;dep2"},
+                      {PROP_TXN: "v5:3:17;w;dep1", "u": "1"}, {PROP_TXN: "v5:3:17"}):
+            assert classify(props, dep) == entry_txn(props, dep)
+
+
 def test_a_plain_entry_has_no_txn():
     assert entry_txn({}, "dep1") == (None, "")
     assert entry_txn({"color": "red"}, "dep1") == (None, "")
@@ -90,8 +109,9 @@ def test_a_plain_entry_has_no_txn():
     {PROP_TXN: "v5:3:17;w;"},
     {PROP_TXN: "v5:3:17", PROP_WRITER: "w", PROP_DEPLOYMENT: "other"},
 ])
-def test_another_deployments_entry_is_never_one_of_ours(props):
-    t, _ = entry_txn(props, "dep1")
+@pytest.mark.parametrize("classify", CLASSIFIERS)
+def test_another_deployments_entry_is_never_one_of_ours(props, classify):
+    t, _ = classify(props, "dep1")
     assert _never_ours(t)
 
 
@@ -113,6 +133,7 @@ def test_a_writer_id_the_property_cannot_carry_is_refused():
     {PROP_TXN: "v5:3:17;w;dep1", PROP_WRITER: "w"},
     {PROP_TXN: "v5:3:17;w;dep1", PROP_DEPLOYMENT: "dep1"},
 ])
-def test_a_malformed_protocol_property_is_never_one_of_ours(props):
-    t, _ = entry_txn(props, "dep1")
+@pytest.mark.parametrize("classify", CLASSIFIERS)
+def test_a_malformed_protocol_property_is_never_one_of_ours(props, classify):
+    t, _ = classify(props, "dep1")
     assert _never_ours(t)

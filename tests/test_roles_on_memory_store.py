@@ -469,8 +469,8 @@ def test_a_writer_id_the_property_cannot_carry_is_refused_before_registering(coo
                                                                           writer):
     t = coord.new_transaction().txn_id
     with pytest.raises(ConfigError, match="writer"):
-        WriterRun(store, t, "s", writer, FakeProducer())
-    assert store.open_writes("s") == []
+        WriterRun(store, t, "s", writer, FakeProducer()).send(b"m")
+    assert store.open_writes("s") == []  # refused before the send registered it
 
 
 def test_no_append_after_the_decision(coord, store):

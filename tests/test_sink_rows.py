@@ -43,6 +43,16 @@ def test_only_the_batchs_own_rows_are_checked_for_protocol_properties():
     refuse_reserved(pa.RecordBatch.from_arrays([pa.array([b"x", b"y"]), masked],
                                                names=["value", "props"]),
                     {"value": "value", "properties": "props"})
+    # a slice with a null map, after rows that hold one: checked, not crashed on
+    mixed = pa.array([[("a", "1")], [("__ptxn.txn", "x")], None, [("b", "2")]],
+                     pa.map_(pa.string(), pa.string()))
+    roles = {"value": "value", "properties": "props"}
+    values = pa.array([b"w", b"x", b"y", b"z"])
+    whole = pa.RecordBatch.from_arrays([values, mixed], names=["value", "props"])
+    for start, length in ((2, 2), (2, 1), (3, 1)):
+        refuse_reserved(whole.slice(start, length), roles)
+    with pytest.raises(ConfigError, match="'__ptxn.txn'"):
+        refuse_reserved(whole.slice(1, 2), roles)
 
 
 def test_the_client_producer_refuses_a_protocol_property_by_name():

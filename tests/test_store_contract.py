@@ -212,17 +212,33 @@ def test_an_earlier_namespace_keeps_the_three_property_form_until_upgraded(backe
     a, b = open_earlier(), open_earlier()
     try:
         assert a.wire_format == b.wire_format == WIRE_THREE
-        a.upgrade_wire_format()
+        a.set_wire_format(WIRE_ONE)
         assert a.wire_format == WIRE_ONE
         assert not b.still_current()
         c = open_earlier()
         assert c.wire_format == WIRE_ONE and c.still_current()
-        c.upgrade_wire_format()  # once upgraded, again is a no-op
+        c.set_wire_format(WIRE_ONE)  # once upgraded, again is a no-op
         assert c.wire_format == WIRE_ONE
+        # back, if a reader of an earlier build has to run again: kept stores follow
+        c.set_wire_format(WIRE_THREE)
+        assert not a.still_current() and open_earlier().wire_format == WIRE_THREE
+        with pytest.raises(ConfigError, match="wire"):
+            c.set_wire_format(3)
         c.close()
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("wire", ["3", "", "one"])
+def test_a_namespace_of_an_unknown_wire_format_is_refused_by_name(redis_server, wire):
+    """A later build's form is never overwritten with this one's: upgrade the process."""
+    url = f"{redis_server.url}?namespace=w{uuid.uuid4().hex[:10]}"
+    first = open_store(url)
+    first.r.hset(first.keys.config(), "wire", wire)
+    first.close()
+    with pytest.raises(ConfigError, match=r"wire format.*upgrade this process"):
+        open_store(url)
 
 
 def test_a_second_client_sees_the_first_ones_state(backend):

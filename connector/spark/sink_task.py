@@ -173,8 +173,10 @@ def refuse_reserved(batch, roles: dict[str, str]) -> None:
         return
     # the keys of this batch's rows only (a map's .keys is its whole child array, which
     # a sliced batch or a null map may not own)
-    keys = pc.list_flatten(pa.ListArray.from_arrays(
-        col.offsets, col.keys, mask=col.is_null() if col.null_count else None))
+    rows = pa.ListArray.from_arrays(col.offsets, col.keys)
+    if col.null_count:
+        rows = pc.filter(rows, pc.is_valid(col))
+    keys = pc.list_flatten(rows)
     if len(keys) and pc.any(pc.starts_with(keys, PROTOCOL_PREFIX)).as_py():
         key = next(k for k in keys.to_pylist() if k.startswith(PROTOCOL_PREFIX))
         raise ConfigError(f"column {roles['properties']!r} has the property {key!r} in a row; "

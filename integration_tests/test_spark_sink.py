@@ -97,6 +97,9 @@ def test_sink_failed_first_task_attempt_is_invisible(client, broker, redis_serve
     assert observer.finish() == expected
 
 
+# slow: a Spark standalone cluster and a 12 s straggler per broker; run by .ci/run's
+# slow stage, kept out of the README's test command (its 25-minute budget)
+@pytest.mark.slow
 def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, namespace,
                                                 topic_name, plain_pulsar, tmp_path):
     from spark_helpers import SparkCluster
@@ -121,6 +124,7 @@ def test_sink_speculative_attempts_exactly_once(client, broker, redis_server, na
     assert observer.finish() == expected
 
 
+@pytest.mark.slow  # two Spark jobs and a txn timeout per broker: see above
 def test_sink_replay_after_the_failed_batch_txn_expired_unswept(
         make_client, broker, redis_server, namespace, topic_name, tmp_path):
     """Nothing sweeps while the query is down; it restarts after the batch's txn expired.

@@ -32,6 +32,8 @@ PROP_DEPLOYMENT = "__ptxn.dep"
 WIRE_THREE = 1  # the namespace's appends carry the three-property form
 WIRE_ONE = 2    # ... the one-property form
 WIRE_NAMES = {WIRE_THREE: "three-property", WIRE_ONE: "one-property"}
+PROTOCOL_PREFIX = "__ptxn."  # every property of the protocol: reserved, never shown
+FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
 
 
 def check_wire_format(wire, where: str) -> int:
@@ -45,8 +47,6 @@ def check_wire_format(wire, where: str) -> int:
                           f"version does not know ({', '.join(map(str, WIRE_NAMES))}): "
                           "upgrade this process")
     return int(wire)
-PROTOCOL_PREFIX = "__ptxn."  # every property of the protocol: reserved, never shown
-FOREIGN = "!"  # prefix a reader gives a foreign entry's txn id: never parses, never shown
 
 
 def txn_properties(txn_id: TxnId, writer: str, deployment: str,

@@ -10,6 +10,7 @@ and ``Trigger.AvailableNow`` only ever move an end back. ``read`` runs on execut
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -52,8 +53,11 @@ def _stop_on_terminate() -> None:
     stream reader, so the runner's ``finally: reader.stop()`` never ran and the
     planner's kept probe subscriptions outlived the query. In that process only, and
     only if nobody else handles SIGTERM there, SIGTERM becomes SystemExit: the runner's
-    ``finally`` then stops the reader (the planner removes its probes). A second
-    SIGTERM ends the process at once.
+    ``finally`` then stops the reader (the planner removes its probes).
+
+    Spark sends SIGTERM twice (``PythonWorkerFactory.stopWorker``, then its ``stop()``
+    destroys the same process again), so later ones are ignored while ``stop()`` runs;
+    a stop that hangs is ended by a watchdog after ``_STOP_GRACE_S``.
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if (getattr(spec, "name", None) != _SOURCE_RUNNER
@@ -61,11 +65,27 @@ def _stop_on_terminate() -> None:
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         return
 
+    def stopping(signum, _frame):
+        log.debug("pulsar-txn source: signal %d while stopping; stop() goes on", signum)
+
     def on_terminate(signum, _frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, stopping)
+        threading.Thread(target=_end_after_grace, args=(128 + signum,), daemon=True,
+                         name="pulsar-txn-stop-watchdog").start()
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_terminate)
+
+
+_STOP_GRACE_S = 30.0  # the planner's close waits up to 10 s for probe removals
+
+
+def _end_after_grace(code: int) -> None:
+    time.sleep(_STOP_GRACE_S)
+    log.error("pulsar-txn source: the stream reader's stop() did not finish within %.0f s "
+              "of SIGTERM; the process ends now (probe subscriptions not yet removed stay "
+              "behind, see docs/operations.md)", _STOP_GRACE_S)
+    os._exit(code)
 
 
 class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -18,6 +18,14 @@ from pulsar_txn.errors import AppendFailed, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import Position, TxnId, txn_properties
 
+# A send the broker acknowledged without a position: its deduplication took it for a
+# re-send of an earlier message. That is also its answer to a send it never stored
+# (seen when pulsar-client 3.x resets its connection while the send is in flight, see
+# docs/durability.md), so such an append fails the transaction, never commits it.
+_NO_POSITION = ("was acknowledged by the broker without a position (taken for a duplicate "
+                "by its deduplication): whether it is stored is unknown, so the transaction "
+                "cannot commit")
+
 
 class WriterRun:
     def __init__(self, store: MetadataStore, txn_id: TxnId, segment: str, writer: str,
@@ -109,6 +117,11 @@ class WriterRun:
             # a timeout or any other failure: the entry may be stored at an unknown place
             self._unplaced = True
             raise
+        if msg_id.entry_id() < 0:
+            self._unplaced = True
+            self.errors.append(_NO_POSITION)  # the commit refuses, even if this is caught
+            raise AppendFailed(f"transaction {self.txn_id}: an append to {self.segment} "
+                               f"{_NO_POSITION}")
         self._on_appended(Position.of(msg_id))
         return msg_id
 
@@ -185,12 +198,14 @@ class WriterRun:
         says so at once rather than waiting for a callback that may never come."""
         self._failed_send = f"a send raised {e!r}; whether it was queued is unknown"
 
-    def _acked(self, res, _msg_id, _ok=pulsar.Result.Ok) -> None:
+    def _acked(self, res, msg_id, _ok=pulsar.Result.Ok) -> None:
         """Per-message callback: kept minimal, it runs once per append. A failure is
         recorded before the count drops, so ``flush`` sees it once the run is idle."""
-        if res != _ok and not (self._fence is not None
-                               and res == pulsar.Result.TopicTerminated):
-            self.errors.append(str(res))
+        if res != _ok:
+            if not (self._fence is not None and res == pulsar.Result.TopicTerminated):
+                self.errors.append(str(res))
+        elif msg_id.entry_id() < 0:
+            self.errors.append(_NO_POSITION)
         with self._count:
             self._outstanding -= 1
             if self._outstanding <= 0:

@@ -1,0 +1,83 @@
+"""pulsar-client 3.13 (C++ 3.x) does not know the broker's CommandReachedEndOfTopic: a
+reader or consumer caught up on a terminated topic (an empty sealed segment, a probe)
+makes it log "Received invalid message from server" and close the whole pooled
+connection, again after every reconnect, until that reader closes. Every producer on
+the same pulsar.Client reconnects each time, and with broker deduplication on (the
+reference broker's setting) a send in flight is then answered as a duplicate,
+``(-1,-1)``, without being stored (measured: one in 40 sync sends, every run).
+
+Real broker (the reference one: only it can terminate a topic), real Redis.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pulsar
+import pytest
+
+from pulsar_txn.admin import admin_terminate
+from pulsar_txn.client import read_all
+
+
+@pytest.fixture
+def terminating(broker):
+    if not getattr(broker, "admin_url", ""):
+        pytest.skip(f"the {broker.kind} broker cannot terminate topics")
+    return broker
+
+
+def _caught_up_reader(pulsar_client, topic: str):
+    """A reader waiting at the end of an empty topic: terminating it starts the churn."""
+    reader = pulsar_client.create_reader(topic, pulsar.MessageId.earliest)
+    time.sleep(0.3)  # subscribed, with nothing to read
+    return reader
+
+
+def _stored(broker, topic: str) -> list[bytes]:
+    c = pulsar.Client(broker.service_url)
+    try:
+        r = c.create_reader(topic, pulsar.MessageId.earliest)
+        out = []
+        try:
+            while True:
+                out.append(r.read_next(1500).value())
+        except pulsar.Timeout:
+            return out
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("how", ["send", "send_async"])
+def test_an_append_the_broker_answers_as_a_duplicate_never_commits(client, terminating,
+                                                                    topic_name, how):
+    """Fault injected on the producer's own pulsar client: whatever the broker does
+    with a send in flight, a committed transaction shows every message it appended."""
+    sealed = topic_name("sealed-empty")
+    churn = _caught_up_reader(client.pulsar, sealed)
+    topic = topic_name("out")
+    producer = client.create_producer(topic)
+    sent = [f"m{i}".encode() for i in range(40)]
+    committed = True
+    try:
+        with client.transaction() as txn:
+            for i, v in enumerate(sent):
+                if i == 0:
+                    admin_terminate(terminating.admin_url, sealed, None)
+                if how == "send":
+                    producer.send(v, txn=txn)
+                else:
+                    producer.send_async(v, txn=txn)
+                time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - refused: the transaction aborted
+        committed = False
+    finally:
+        churn.close()
+    got = [m.value for m in read_all(client.create_reader(topic), idle_ms=1500)]
+    if committed:
+        assert got == sent, (f"a committed transaction lost "
+                             f"{sorted(set(sent) - set(got))} (stored: "
+                             f"{len(_stored(terminating, topic))} of {len(sent)})")
+    else:
+        assert got == []
+

@@ -5,9 +5,10 @@
         producer.send(b"x", txn=txn)
         consumer.acknowledge(msg, txn=txn)
 
-It wires a pulsar-client ``Client``, the metastore, the coordinator, the
+It wires two pulsar-client ``Client`` objects (producers on one; readers,
+consumers and probes on the other), the metastore, the coordinator, the
 transaction buffer and the store's event watch together, and hands each
-producer, reader and transaction only the pieces it uses (``ReadSide``, the
+producer, reader and transaction only the pieces it uses (``ReadSide``, a
 pulsar client, the topic admin). Nothing else in the package depends on it.
 """
 
@@ -60,12 +61,18 @@ class PulsarTxnClient:
         self.coordinator = TransactionCoordinator(self.store)
         self.buffer = TransactionBuffer(self.store)
         pulsar_kwargs.setdefault("logger", quiet_logger())
+        # Two pulsar clients, so two connection pools: producers on one, readers,
+        # consumers and probes on the other. pulsar-client 3.x closes a whole connection
+        # when a reader caught up on a terminated topic (a sealed segment) gets the
+        # broker's end-of-topic command, and a send in flight on it can then be answered
+        # as a duplicate and never stored (docs/durability.md).
         self.pulsar = pulsar.Client(service_url, **pulsar_kwargs)
+        self.read_pulsar = pulsar.Client(service_url, **pulsar_kwargs)
         self.service_url = service_url
         self.admin_url = check_admin_url(admin_url)
         self.admin_auth = admin_auth or AdminAuth.from_client_settings(admin_token,
                                                                        pulsar_kwargs)
-        self.read_side = ReadSide(self.pulsar, self.store, self.buffer, self.admin_url,
+        self.read_side = ReadSide(self.read_pulsar, self.store, self.buffer, self.admin_url,
                                   self.admin_auth)
         self._watch = self.store.watch(self._on_event)
         if sweeper:
@@ -77,7 +84,7 @@ class PulsarTxnClient:
     def scalable(self) -> ScalableTopics:
         """Scalable topics (``topic://``): create, describe, split, merge; layouts watched."""
         if self._scalable is None:
-            self._scalable = ScalableTopics(self.store, self.pulsar, self.admin_url,
+            self._scalable = ScalableTopics(self.store, self.read_pulsar, self.admin_url,
                                             self._seal_grace_ms, self.admin_auth)
         return self._scalable
 
@@ -125,7 +132,7 @@ class PulsarTxnClient:
         one; the client API works on them one at a time (the Spark source and sink
         handle a partitioned topic whole)."""
         name = normalize_topic(topic)
-        parts = partitions_of(self.pulsar, name)
+        parts = partitions_of(self.read_pulsar, name)
         if len(parts) > 1:
             raise ConfigError(
                 f"topic {name!r} is partitioned ({len(parts)} partitions): the client API "
@@ -143,6 +150,7 @@ class PulsarTxnClient:
             self._scalable.close()
         try:
             self.pulsar.close()
+            self.read_pulsar.close()
         finally:
             self.store.close()
 

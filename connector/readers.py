@@ -339,7 +339,12 @@ class Reader(GatedStream):
         return out
 
     def close(self) -> None:
-        self._r.close()
+        try:
+            self._r.close()
+        except (pulsar.NotConnected, pulsar.AlreadyClosed) as e:
+            # its connection is gone (a terminated segment's reader reconnecting, a
+            # broker restart): the broker dropped the reader with it; nothing is left
+            log.debug("%s: reader closed while not connected: %s", self.segment, e)
 
 
 class Consumer(GatedStream):

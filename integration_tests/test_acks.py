@@ -110,6 +110,7 @@ def test_consumer_crash_between_commit_and_ack_application_recovers(
         c.acknowledge(m, txn=txn)
     # crash: the process dies before it learns the outcome (no watch, no materialization)
     crashed._watch.close()
+    crashed.read_pulsar.close()  # its consumers (and producers) die with the process
     crashed.pulsar.close()
     # the decision is taken elsewhere (e.g. a coordinator / the Spark driver)
     producer_client.coordinator.commit(txn.id)
@@ -154,6 +155,7 @@ def test_committed_ack_conflicts_after_crash_recovery_and_gc(make_client, topic_
     txn = crashed.new_transaction()
     c.acknowledge(m, txn=txn)
     crashed._watch.close()
+    crashed.read_pulsar.close()  # its consumers (and producers) die with the process
     crashed.pulsar.close()
     producer_client.coordinator.commit(txn.id)
     restarted = make_client()
@@ -224,6 +226,7 @@ def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commi
     with crashed.transaction() as later:
         c.acknowledge_cumulative(msgs[2], txn=later)
     assert client.store.get_header(first.id).open_ack_records == 1
+    crashed.read_pulsar.close()  # its consumers (and producers) die with the process
     crashed.pulsar.close()
     c2 = make_client().subscribe(t, "sub")  # recovery on restart
     assert client.store.get_header(first.id).open_ack_records == 0

@@ -18,6 +18,7 @@ import pytest
 
 from pulsar_txn.admin import admin_terminate
 from pulsar_txn.client import read_all
+from pulsar_txn.errors import ReadTimeout
 
 
 @pytest.fixture
@@ -81,3 +82,24 @@ def test_an_append_the_broker_answers_as_a_duplicate_never_commits(client, termi
     else:
         assert got == []
 
+
+
+def test_a_reader_caught_up_on_a_terminated_topic_costs_the_clients_producers_nothing(
+        client, terminating, topic_name):
+    """The client's READ_COMMITTED readers (and its probes) sit on sealed segments as a
+    matter of course; their end-of-topic churn must not reach its producers."""
+    sealed = topic_name("sealed-empty")
+    reader = client.create_reader(sealed)
+    with pytest.raises(ReadTimeout):
+        reader.read_next(300)  # caught up on an empty segment
+    topic = topic_name("out")
+    producer = client.create_producer(topic)
+    admin_terminate(terminating.admin_url, sealed, None)
+    sent, mids = [f"m{i}".encode() for i in range(40)], []
+    for v in sent:
+        mids.append(producer.send(v))
+        time.sleep(0.05)
+    reader.close()
+    unplaced = [v for v, m in zip(sent, mids) if m.entry_id() < 0]
+    assert not unplaced, f"sends acknowledged without a position: {unplaced}"
+    assert _stored(terminating, topic) == sent

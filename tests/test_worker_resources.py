@@ -69,6 +69,17 @@ def test_producers_and_clients_are_kept_across_tasks():
     assert len(clients) == 2 and len(clients[0].made) == 2
 
 
+def test_source_reads_never_share_a_client_with_sink_producers():
+    """pulsar-client 3.x resets a whole connection when a reader reaches the end of a
+    terminated topic (a sealed segment): producers must not be on it (durability.md)."""
+    res, clients, _ = _resources()
+    producer = res.producer(_opts(), "persistent://t/n/a", {})
+    reads = res.client(_opts(), reads=True)
+    assert reads is res.client(_opts(), reads=True)  # kept, too
+    assert producer not in reads.made and reads is not res.client(_opts())
+    assert len(clients) == 2
+
+
 def test_a_failed_tasks_producers_are_closed_and_replaced():
     res, clients, _ = _resources()
     used = res.producer(_opts(), "persistent://t/n/a", {})

@@ -106,7 +106,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     # check or client start-up per micro-batch
     RESOURCES.begin_task()
     store = RESOURCES.store(opts.metastore_url, opts.namespace)
-    client = RESOURCES.client(opts)
+    client = RESOURCES.client(opts, reads=True)  # never the sink's producers' connections
     tb = TransactionBuffer(store)
     deployment = store.deployment
     topic = part.topic or part.segment

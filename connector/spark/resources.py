@@ -63,9 +63,12 @@ class WorkerResources:
         with self._lock:
             self._evict_idle()
 
-    def client(self, opts):
-        """The worker's pulsar.Client for these options (built once)."""
-        key = self._client_key(opts)
+    def client(self, opts, reads: bool = False):
+        """The worker's pulsar.Client for these options (built once). ``reads``: the one
+        the source's scans use, never the sink's producers' (pulsar-client 3.x resets a
+        whole connection when a reader reaches the end of a terminated topic, and a send
+        in flight on it can be lost: docs/durability.md)."""
+        key = self._client_key(opts) + (("reads",) if reads else ())
         with self._lock:
             entry = self._clients.get(key)
             if entry is None:

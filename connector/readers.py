@@ -44,6 +44,7 @@ from pulsar_txn.transaction import Transaction
 log = logging.getLogger(__name__)
 
 _DRAIN = 1000  # messages pulled without blocking before one gate query
+VERDICT_MEMO = 10_000  # verdicts (and parsed ids) a stream keeps; emptied past it
 
 
 class AckParticipants:
@@ -239,8 +240,17 @@ class GatedStream:
     def _txn(self, t: str) -> TxnId:
         txn = self._ids.get(t)
         if txn is None:
+            if len(self._ids) >= VERDICT_MEMO:
+                self._ids.clear()
             txn = self._ids[t] = TxnId.parse(t)
         return txn
+
+    def _remember(self, pair: tuple[str, str], verdict: Verdict) -> None:
+        """Keep a final verdict; past the bound the memo starts again (a forgotten one is
+        asked of the TransactionBuffer again, which keeps final outcomes)."""
+        if len(self._verdicts) >= VERDICT_MEMO:
+            self._verdicts.clear()
+        self._verdicts[pair] = verdict
 
     def _seen_first(self, txn: TxnId, writer: str) -> Position | None:
         """First held entry of a txn's writer (valid for in-order, complete readers)."""
@@ -252,11 +262,11 @@ class GatedStream:
 
     def _verdict(self, t: str, writer: str) -> Verdict:
         if not self._well_formed(t):
-            self._verdicts[(t, writer)] = Verdict.SKIP
+            self._remember((t, writer), Verdict.SKIP)
             return Verdict.SKIP
         verdict = self._side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
         if verdict is not Verdict.WAIT:
-            self._verdicts[(t, writer)] = verdict
+            self._remember((t, writer), verdict)
         return verdict
 
     def _well_formed(self, t: str) -> bool:
@@ -275,7 +285,7 @@ class GatedStream:
         pairs = {(t, w) for _, mid, t, w in self._buf
                  if t is not None and (t, w) not in self._verdicts and mid <= gate}
         for t, w in [(t, w) for t, w in pairs if not self._well_formed(t)]:
-            self._verdicts[(t, w)] = Verdict.SKIP
+            self._remember((t, w), Verdict.SKIP)
             pairs.discard((t, w))
         if not pairs:
             return
@@ -284,7 +294,7 @@ class GatedStream:
                                                 [(self._txn(t), w) for t, w in pairs])
         for pair, verdict in zip(pairs, verdicts):
             if verdict is not Verdict.WAIT:
-                self._verdicts[pair] = verdict
+                self._remember(pair, verdict)
 
     def _wrap(self, head) -> TxnMessage:
         return TxnMessage(head[0], self.segment, head[1], head[2])

@@ -1,0 +1,70 @@
+"""A READ_COMMITTED stream's own upkeep, with stand-ins for the native reader and the
+TransactionBuffer (no broker): how it closes, and what it keeps in memory.
+
+Closing a reader whose connection is gone does not raise. A reader of a sealed segment
+is closed by the scalable reader as soon as it is read to its end; pulsar-client 3.x
+then often has no connection for it (the broker's end-of-topic command makes it reset
+the connection, see docs/durability.md) and its close answers NotConnected. The
+broker dropped that reader with the connection, so there is nothing left to close,
+and the read that finished the segment must go on.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pulsar
+import pytest
+
+from pulsar_txn.readers import Reader
+
+
+class _NativeReader:
+    def __init__(self, error: Exception | None) -> None:
+        self._reader, self._error, self.closed = self, error, 0
+
+    def close(self) -> None:
+        self.closed += 1
+        if self._error is not None:
+            raise self._error
+
+
+def _reader(error: Exception | None) -> tuple[Reader, _NativeReader]:
+    native = _NativeReader(error)
+    side = SimpleNamespace(pulsar=SimpleNamespace(create_reader=lambda *a, **k: native))
+    return Reader(side, "persistent://public/default/sealed"), native
+
+
+@pytest.mark.parametrize("gone", [pulsar.NotConnected("NotConnected"),
+                                  pulsar.AlreadyClosed("AlreadyClosed")])
+def test_closing_a_reader_whose_connection_is_gone_does_not_raise(gone):
+    reader, native = _reader(gone)
+    reader.close()
+    assert native.closed == 1
+
+
+def test_any_other_close_failure_is_still_raised():
+    reader, _ = _reader(pulsar.Timeout("Timeout"))
+    with pytest.raises(pulsar.Timeout):
+        reader.close()
+
+
+class _Buffer:
+    """Every transaction committed, its one writer the winner."""
+
+    def classify(self, segment, entries):
+        from pulsar_txn.buffer import Verdict
+        return [Verdict.DELIVER for _ in entries]
+
+
+def test_a_long_lived_reader_keeps_a_bounded_memo_of_transaction_verdicts():
+    """One verdict per distinct (txn, writer) was kept for the reader's life: a reader
+    of a busy topic grew without end. A forgotten verdict is asked again (the
+    TransactionBuffer keeps final outcomes), so the memo is emptied past a bound."""
+    from pulsar_txn.readers import VERDICT_MEMO
+
+    reader, _ = _reader(None)
+    reader._side = SimpleNamespace(buffer=_Buffer())
+    for i in range(3 * VERDICT_MEMO):
+        assert reader._verdict(f"v5:0:{i}", "w1").name == "DELIVER"
+    assert len(reader._verdicts) <= VERDICT_MEMO and len(reader._ids) <= VERDICT_MEMO

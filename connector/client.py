@@ -149,8 +149,10 @@ class PulsarTxnClient:
         if self._scalable is not None:
             self._scalable.close()
         try:
-            self.pulsar.close()
-            self.read_pulsar.close()
+            try:
+                self.pulsar.close()
+            finally:
+                self.read_pulsar.close()
         finally:
             self.store.close()
 

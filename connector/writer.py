@@ -22,9 +22,8 @@ from pulsar_txn.records import Position, TxnId, txn_properties
 # re-send of an earlier message. That is also its answer to a send it never stored
 # (seen when pulsar-client 3.x resets its connection while the send is in flight, see
 # docs/durability.md), so such an append fails the transaction, never commits it.
-_NO_POSITION = ("was acknowledged by the broker without a position (taken for a duplicate "
-                "by its deduplication): whether it is stored is unknown, so the transaction "
-                "cannot commit")
+NO_POSITION = ("was acknowledged by the broker without a position (its deduplication "
+               "took it for a re-send): whether it is stored is unknown")
 
 
 class WriterRun:
@@ -113,15 +112,17 @@ class WriterRun:
             if self.first is None and self._fence is not None:
                 self._withdraw()
             raise
-        except BaseException:
-            # a timeout or any other failure: the entry may be stored at an unknown place
+        except BaseException as e:
+            # a timeout or any other failure: the entry may be stored at an unknown place,
+            # so the commit refuses even if the caller catches this and sends on
             self._unplaced = True
+            self.errors.append(f"a send raised {e!r}; whether it is stored is unknown")
             raise
         if msg_id.entry_id() < 0:
             self._unplaced = True
-            self.errors.append(_NO_POSITION)  # the commit refuses, even if this is caught
+            self.errors.append(NO_POSITION)  # the commit refuses, even if this is caught
             raise AppendFailed(f"transaction {self.txn_id}: an append to {self.segment} "
-                               f"{_NO_POSITION}")
+                               f"{NO_POSITION}, so the transaction cannot commit")
         self._on_appended(Position.of(msg_id))
         return msg_id
 
@@ -205,11 +206,16 @@ class WriterRun:
             if not (self._fence is not None and res == pulsar.Result.TopicTerminated):
                 self.errors.append(str(res))
         elif msg_id.entry_id() < 0:
-            self.errors.append(_NO_POSITION)
+            self.errors.append(NO_POSITION)
         with self._count:
             self._outstanding -= 1
             if self._outstanding <= 0:
                 self._idle.set()
+
+    def fail(self, reason: str) -> None:
+        """An append of this run is owed and will not be made (a re-route after a seal
+        failed): the transaction cannot commit."""
+        self.errors.append(reason)
 
     def _chained(self, callback: Callable):
         def done(res, msg_id) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from pulsar_txn.admin import admin_terminate
 from pulsar_txn.client import read_all
-from pulsar_txn.errors import ReadTimeout
+from pulsar_txn.errors import AppendFailed, ReadTimeout
 
 
 @pytest.fixture
@@ -70,7 +70,8 @@ def test_an_append_the_broker_answers_as_a_duplicate_never_commits(client, termi
                 else:
                     producer.send_async(v, txn=txn)
                 time.sleep(0.05)
-    except Exception:  # noqa: BLE001 - refused: the transaction aborted
+    except AppendFailed as refused:  # the transaction aborted
+        assert "without a position" in str(refused), refused
         committed = False
     finally:
         churn.close()
@@ -103,3 +104,5 @@ def test_a_reader_caught_up_on_a_terminated_topic_costs_the_clients_producers_no
     unplaced = [v for v, m in zip(sent, mids) if m.entry_id() < 0]
     assert not unplaced, f"sends acknowledged without a position: {unplaced}"
     assert _stored(terminating, topic) == sent
+    # the seal's own probes of terminated segments read on the readers' client, too
+    assert client.scalable.pulsar is client.read_pulsar is not client.pulsar

@@ -4,6 +4,7 @@ segment covering its key's hash, re-routed in order across splits and merges."""
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import uuid
 from collections import deque
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed
+from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed, TxnNotOpen
 from pulsar_txn.producer import send_kw, user_props
 from pulsar_txn.records import check_writer_id
 from pulsar_txn.scalable.admin import ScalableTopics
@@ -19,6 +20,7 @@ from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalabl
 from pulsar_txn.transaction import Transaction
 from pulsar_txn.writer import WriterRun
 
+log = logging.getLogger(__name__)
 
 class _SegmentProducer:
     """One segment's pulsar producer, shaped like the client Producer for WriterRun."""
@@ -109,18 +111,42 @@ class ScalableProducer:
             self._refused = False
             lay = self.topics.layout(self.topic, refresh=True)
         self._layout = lay
-        retry: list[_Pending] = []
-        for sid in sorted(self._subs):
-            seg = lay.segments.get(sid)
-            if seg is not None and seg.active:
-                continue
-            sub = self._subs.pop(sid)
-            retry += self._drain(sub)
-        for p in retry:  # in original order, before anything newer is routed
-            self.reroutes += 1
-            mid = self._send_sync(p.value, p.key, p.props, p.txn, p.event_time_ms)
+        retry: list[tuple[_SegmentProducer, _Pending]] = []
+        sent = 0
+        try:
+            for sid in sorted(self._subs):
+                seg = lay.segments.get(sid)
+                if seg is not None and seg.active:
+                    continue
+                sub = self._subs.pop(sid)
+                retry += [(sub, p) for p in self._drain(sub)]
+            for _, p in retry:  # in original order, before anything newer is routed
+                self.reroutes += 1
+                mid = self._send_sync(p.value, p.key, p.props, p.txn, p.event_time_ms)
+                sent += 1
+                if p.callback:
+                    p.callback(pulsar.Result.Ok, mid)
+        except BaseException as e:
+            self._owed(retry[sent:], e)
+            raise
+
+    def _owed(self, unsent: list[tuple[_SegmentProducer, _Pending]], e: BaseException) -> None:
+        """Refused sends a failed re-route did not make: each one's transaction cannot
+        commit (its run on the sealed segment took the refusal as resolved) and its
+        callback hears of the failure. Other transactions may share this producer."""
+        reason = f"a send refused by a seal was not re-sent: {e!r}"
+        for sub, p in unsent:
+            if p.txn is not None:
+                try:
+                    p.txn.run_for(sub.segment, sub.writer_id, sub.native,
+                                  sub.fence).fail(reason)
+                except TxnNotOpen:
+                    pass  # it ended already: it cannot commit
             if p.callback:
-                p.callback(pulsar.Result.Ok, mid)
+                try:
+                    p.callback(pulsar.Result.UnknownError, None)
+                except Exception:  # noqa: BLE001 - the others must still hear of it
+                    log.exception("a send callback failed")
 
     def _drain(self, sub: _SegmentProducer) -> list[_Pending]:
         """Wait for every send to a sealed segment; return the refused ones in order."""

@@ -33,6 +33,7 @@ from pulsar_txn.spark import configure_logging
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_any, partition_for
 from pulsar_txn.transaction import Transaction
+from pulsar_txn.writer import NO_POSITION
 
 from . import faults
 from .options import SinkOptions, default_sink_id
@@ -87,9 +88,11 @@ class _PlainRun:
         self.producer = producer
         self.errors: list[str] = []
 
-    def _done(self, res, _msg_id) -> None:
+    def _done(self, res, msg_id) -> None:
         if res != pulsar.Result.Ok:
             self.errors.append(str(res))
+        elif msg_id.entry_id() < 0:  # perhaps never stored: the task fails, Spark retries
+            self.errors.append(NO_POSITION)
 
     def send_async(self, value, properties=None, **kw) -> None:
         self.producer.send_async(value, self._done, properties=properties or {}, **kw)
@@ -131,9 +134,11 @@ class _ScalableWrites:
         self.txn = txn
         self.errors: list[str] = []
 
-    def _failed(self, res, _msg_id) -> None:
+    def _failed(self, res, msg_id) -> None:
         if res != pulsar.Result.Ok:
             self.errors.append(str(res))
+        elif msg_id.entry_id() < 0:
+            self.errors.append(NO_POSITION)
 
     def send(self, topic: str, value: bytes, key, props, event_time_ms) -> None:
         p = self.producers.get(topic)

@@ -64,6 +64,7 @@ class RedisServer:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        self._may_move = port is None  # until first started: then clients know its port
         self.appendfsync = appendfsync
         self.password = password
         self.user = user
@@ -86,6 +87,23 @@ class RedisServer:
         return make_ca(self.workdir / "tls").dir
 
     def start(self) -> RedisServer:
+        """Start it; a picked port taken before the server bound it (another process's
+        connection) is replaced by another, on the first start only."""
+        for attempt in range(5):
+            self.proc = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                wait_tcp(self.port, 15, self.proc, "redis server")
+                self._may_move = False
+                return self
+            except RuntimeError:
+                if not (self._may_move and attempt < 4 and self.proc.poll() is not None
+                        and "Address already in use" in self._log_tail()):
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _args(self) -> list[str]:
         if self.tls:
             d = self._make_certs()
             listen = ["--port", "0", "--tls-port", str(self.port),
@@ -104,10 +122,13 @@ class RedisServer:
                      "--user", self.user, "on", f">{self.password}", "~*", "&*", "+@all"]
         elif self.password:
             args += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        wait_tcp(self.port, 15, self.proc, "redis server")
-        return self
+        return args
+
+    def _log_tail(self) -> str:
+        try:
+            return (self.workdir / "server.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
 
     def kill(self) -> None:
         """Crash the server (SIGKILL): nothing is flushed beyond what fsync already did."""

@@ -42,6 +42,9 @@ def test_sink_driver_killed_after_commit_before_commit_log(client, broker, redis
     assert observer.finish() == expected
 
 
+# slow: two queries one after the other, ~70 s per broker; run by .ci/run's slow stage
+# (the README's test command took 25:03 with it on 2026-11-25)
+@pytest.mark.slow
 def test_new_query_at_a_reset_checkpoint_path_writes_every_batch(
         client, broker, redis_server, namespace, topic_name, tmp_path):
     """Hole 1: deleting the checkpoint and starting a (changed) query at the same path

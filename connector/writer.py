@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pulsar
 
+from pulsar_txn.entry_acks import EntryAcks
 from pulsar_txn.errors import AppendFailed, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import Position, TxnId, txn_properties
@@ -24,6 +25,11 @@ from pulsar_txn.records import Position, TxnId, txn_properties
 # docs/durability.md), so such an append fails the transaction, never commits it.
 NO_POSITION = ("was acknowledged by the broker without a position (its deduplication "
                "took it for a re-send): whether it is stored is unknown")
+
+
+# How long the first append of a per-entry run waits for its answer after the flush
+# (pulsar-client's send timeout, 30 s by default, answers sooner).
+_FIRST_WAIT_S = 120.0
 
 
 class WriterRun:
@@ -61,6 +67,17 @@ class WriterRun:
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
         # and a TopicTerminated append is re-routed by the producer, not an error here.
         self._fence = fence
+        self._entries: EntryAcks | None = None  # see acknowledge_per_entry
+
+    def acknowledge_per_entry(self, max_messages: int, max_bytes: int) -> EntryAcks:
+        """Learn the outcome of ``send_many``'s appends from one callback per broker
+        entry (pulsar_txn.entry_acks), not one per message: the owner promises that no
+        one else sends on the producer while the run lasts, and that it batches by these
+        limits alone (its time trigger set far beyond a run)."""
+        if self._fence is not None:
+            raise ValueError("a sealable segment's appends are re-routed one by one")
+        self._entries = EntryAcks(max_messages, max_bytes)
+        return self._entries
 
     def _ensure_registered(self) -> None:
         if not self._registered:
@@ -163,14 +180,24 @@ class WriterRun:
                 kw["partition_key"] = keys[i]
             if event_times is not None and event_times[i]:
                 kw["event_timestamp"] = event_times[i]
-            self.send(values[i], properties[i] if properties is not None else None, **kw)
+            props = properties[i] if properties is not None else None
+            if self._entries is not None:
+                self._send_flushed(values[i], props, kw)
+            else:
+                self.send(values[i], props, **kw)
             i += 1
         if i >= n:
             return
-        self._expect(n - i)
-        native, base, done = self.producer._producer, self._txn_props, self._acked
-        builder = _pulsar.MessageBuilder
-        j = i
+        native, base, builder = self.producer._producer, self._txn_props, _pulsar.MessageBuilder
+        entries = self._entries
+        if entries is None:
+            self._expect(n - i)
+            ends, callback, done = (), None, self._acked
+        else:  # a callback only on the message that ends each entry (entry_acks)
+            ends = {i + e for e in entries.ends([len(v) for v in values[i:]])}
+            seq0 = entries.sent - i  # the run's number of values[i] is seq0 + i
+            entries.sent += n - i
+            callback, done = entries.callback, None
         try:
             for j in range(i, n):
                 mb = builder()
@@ -181,10 +208,43 @@ class WriterRun:
                     mb.partition_key(keys[j])
                 if event_times is not None and event_times[j]:
                     mb.event_timestamp(event_times[j])
-                native.send_async(mb.build(), done)
+                native.send_async(mb.build(), callback(seq0 + j) if j in ends else done)
         except BaseException as e:
             self._raised(e)  # message j may be queued or not; none after it is
             raise
+
+    def _send_flushed(self, value: bytes, properties: dict | None, kw: dict) -> None:
+        """The run's first append when its producer batches with no time trigger: sent
+        and flushed at once (a blocking send would wait for a trigger that never comes
+        while the producer reconnects), its position recorded as :meth:`send` does. The
+        flush also leaves the producer's batch empty, where ``send_many``'s per-entry
+        numbering starts."""
+        with self._first_lock:
+            self._ensure_registered()
+            answer: list = []
+            heard = threading.Event()
+
+            def done(res, msg_id) -> None:
+                answer.append((res, msg_id))
+                heard.set()
+
+            try:
+                self.producer.send_async(value, done, properties=self._props(properties), **kw)
+                self.producer.flush()
+                if not heard.wait(_FIRST_WAIT_S):
+                    raise AppendFailed(f"no answer to an append within {_FIRST_WAIT_S:.0f} s")
+            except BaseException as e:
+                self._unplaced = True
+                self.errors.append(f"a send raised {e!r}; whether it is stored is unknown")
+                raise
+            res, msg_id = answer[0]
+            if res != pulsar.Result.Ok or msg_id.entry_id() < 0:
+                self._unplaced = True
+                why = NO_POSITION if res == pulsar.Result.Ok else f"failed: {res}"
+                self.errors.append(why)
+                raise AppendFailed(f"transaction {self.txn_id}: an append to {self.segment} "
+                                   f"{why}, so the transaction cannot commit")
+            self._on_appended(Position.of(msg_id))
 
     def _expect(self, sends: int) -> None:
         """Count ``sends`` more callbacks to wait for."""
@@ -253,6 +313,11 @@ class WriterRun:
                                f"failed: {self._failed_send}")
         if not self._idle.wait(timeout_s):
             self.errors.append(f"{self._outstanding} sends unacknowledged after {timeout_s}s")
+        if self._entries is not None:
+            if not self._entries.wait(timeout_s):
+                self.errors.append(f"{self._entries.outstanding} entries unacknowledged "
+                                   f"after {timeout_s}s")
+            self.errors.extend(self._entries.verify())
         if self.errors:
             raise AppendFailed(f"transaction {self.txn_id}: {len(self.errors)} appends to "
                                  f"{self.segment} failed: {self.errors[0]}")

@@ -11,6 +11,7 @@ Real broker (the reference one: only it can terminate a topic), real Redis.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pulsar
@@ -19,6 +20,7 @@ import pytest
 from pulsar_txn.admin import admin_terminate
 from pulsar_txn.client import read_all
 from pulsar_txn.errors import AppendFailed, ReadTimeout
+from pulsar_txn.state import TxnState
 
 
 @pytest.fixture
@@ -106,3 +108,45 @@ def test_a_reader_caught_up_on_a_terminated_topic_costs_the_clients_producers_no
     assert _stored(terminating, topic) == sent
     # the seal's own probes of terminated segments read on the readers' client, too
     assert client.scalable.pulsar is client.read_pulsar is not client.pulsar
+
+
+def test_an_entry_the_broker_answers_as_a_duplicate_never_commits_when_heard_of_per_entry(
+        client, terminating, topic_name):
+    """The Spark sink's producers learn their appends' outcomes from one callback per
+    entry (pulsar_txn.entry_acks). The same fault as above, on whole entries: a
+    committed transaction still shows every message it appended."""
+    from pulsar_txn.spark.sink_task import PER_ENTRY_PRODUCER
+
+    topic = topic_name("out")
+    kw = {"batching_enabled": True, "batching_max_messages": 1000,
+          "block_if_queue_full": True, "max_pending_messages": 10_000, **PER_ENTRY_PRODUCER}
+    outcomes = []
+    for attempt in range(3):
+        sealed = topic_name(f"sealed-empty-{attempt}")
+        churn = _caught_up_reader(client.pulsar, sealed)
+        producer = client.pulsar.create_producer(topic, **kw)
+        sent = [f"a{attempt}-m{i}".encode() for i in range(5000)]
+        txn = client.new_transaction()
+        run = txn.run_for(topic, "w1", producer)
+        run.acknowledge_per_entry(kw["batching_max_messages"],
+                                  kw["batching_max_allowed_size_in_bytes"])
+        run.send_many(sent[:1])  # the first append: its position recorded
+        admin_terminate(terminating.admin_url, sealed, None)
+        for i in range(1, len(sent), 1000):
+            run.send_many(sent[i:i + 1000])
+        try:
+            txn.commit()
+            outcomes.append("committed")
+        except (AppendFailed, pulsar.NotConnected) as refused:  # the flush met the reset
+            outcomes.append(f"refused: {refused}"[:120])
+            assert txn.state is not TxnState.COMMITTED
+            txn.abort()
+        finally:
+            for thing in (churn, producer):  # their connection may be gone: nothing to do
+                with contextlib.suppress(pulsar.NotConnected, pulsar.AlreadyClosed):
+                    thing.close()
+    got = [m.value for m in read_all(client.create_reader(topic), idle_ms=1500)]
+    committed = [v for a, o in enumerate(outcomes) if o == "committed"
+                 for v in [f"a{a}-m{i}".encode() for i in range(5000)]]
+    assert got == committed, (f"outcomes {outcomes}: a committed transaction lost "
+                              f"{len(set(committed) - set(got))} messages")

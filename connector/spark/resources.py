@@ -51,6 +51,9 @@ class WorkerResources:
         self._checked: set[tuple] = set()
         # readers a task left at its range's end, for the next micro-batch's range
         self.readers = KeptReaders()
+        # sink tasks learn their appends' outcomes per broker entry (entry_acks); off for
+        # the worker's life once a producer cut its batches where it was not foreseen
+        self.per_entry_acks = True
 
     @staticmethod
     def _client_key(opts) -> tuple:

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import TransactionCoordinator
+from pulsar_txn.entry_acks import EntryAcks
 from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
@@ -87,6 +88,13 @@ class _PlainRun:
     def __init__(self, producer) -> None:
         self.producer = producer
         self.errors: list[str] = []
+        self._entries: EntryAcks | None = None
+        self._flushed = False
+
+    def acknowledge_per_entry(self, max_messages: int, max_bytes: int) -> EntryAcks:
+        """As WriterRun.acknowledge_per_entry: ``send_many`` learns outcomes per entry."""
+        self._entries = EntryAcks(max_messages, max_bytes)
+        return self._entries
 
     def _done(self, res, msg_id) -> None:
         if res != pulsar.Result.Ok:
@@ -101,6 +109,15 @@ class _PlainRun:
                   properties: list | None = None, event_times: list | None = None) -> None:
         """Like WriterRun.send_many, without a transaction."""
         native, done, builder = self.producer._producer, self._done, _pulsar.MessageBuilder
+        entries, ends, callback = self._entries, (), None
+        if entries is not None:  # a callback only on the message ending each entry
+            if not self._flushed:  # the per-entry numbering starts from an empty batch
+                self.producer.flush()
+                self._flushed = True
+            ends = set(entries.ends([len(v) for v in values]))
+            seq0 = entries.sent
+            entries.sent += len(values)
+            callback, done = entries.callback, None
         for j in range(len(values)):
             mb = builder()
             mb.content(values[j])
@@ -110,10 +127,15 @@ class _PlainRun:
                 mb.partition_key(keys[j])
             if event_times is not None and event_times[j]:
                 mb.event_timestamp(event_times[j])
-            native.send_async(mb.build(), done)
+            native.send_async(mb.build(), callback(seq0 + j) if j in ends else done)
 
-    def flush(self) -> None:
+    def flush(self, timeout_s: float = 120.0) -> None:
         self.producer.flush()
+        if self._entries is not None:
+            if not self._entries.wait(timeout_s):
+                self.errors.append(f"{self._entries.outstanding} entries unacknowledged "
+                                   f"after {timeout_s}s")
+            self.errors.extend(self._entries.verify())
         if self.errors:
             raise AppendFailed(f"{len(self.errors)} appends failed: {self.errors[0]}")
 
@@ -212,6 +234,17 @@ def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list 
     return values, keys, props, times
 
 
+# The producer of a task that writes whole columns to one topic: its batches are cut by
+# count and bytes alone, never by time (a batch is flushed when the task ends), so the
+# run learns every append's outcome from the last message of each batch (entry_acks).
+PER_ENTRY_PRODUCER = {"batching_max_publish_delay_ms": 3_600_000,
+                      "batching_max_allowed_size_in_bytes": 128 * 1024}
+# A user's producer setting among these leaves the batches' ends to it: per message.
+_BATCHING = {"batching_enabled", "batching_max_messages", "batching_max_allowed_size_in_bytes",
+             "batching_max_publish_delay_ms", "batching_type", "max_pending_messages",
+             "block_if_queue_full", "chunking_enabled"}
+
+
 def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
                writer: str, store) -> tuple[list[str], int]:
     """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
@@ -226,16 +259,25 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                    "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                    "max_pending_messages": 10_000, **opts.producer}
     runs: dict = {}  # topic -> its WriterRun (or _PlainRun)
+    per_entry: list[EntryAcks] = []
     partitioned: dict[str, list[str]] = {}
 
-    def run_for(topic: str):
-        """This task's writer-run on a plain topic, on the worker's kept producer."""
+    def run_for(topic: str, whole_columns: bool = False):
+        """This task's writer-run on a plain topic, on the worker's kept producer.
+        ``whole_columns``: every row of the task goes to this topic by ``send_many``, so
+        the run may learn outcomes per entry, on a producer of its own kind."""
         run = runs.get(topic)
         if run is None:
+            kw = producer_kw
+            if whole_columns and RESOURCES.per_entry_acks and not opts.producer.keys() & _BATCHING:
+                kw = {**producer_kw, **PER_ENTRY_PRODUCER}
             with naming(opts.service_url, what=f"creating a producer on {topic}"):
-                producer = RESOURCES.producer(opts, topic, producer_kw)
+                producer = RESOURCES.producer(opts, topic, kw)
             run = runs[topic] = (_PlainRun(producer) if txn is None else
                                  txn.run_for(topic, writer, producer))
+            if kw is not producer_kw:
+                per_entry.append(run.acknowledge_per_entry(
+                    kw["batching_max_messages"], kw["batching_max_allowed_size_in_bytes"]))
         return run
 
     def partitions(topic: str) -> list[str]:
@@ -257,7 +299,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
             if (default_topic is not None and not default_topic.startswith("topic://")
                     and len(partitions(default_topic)) == 1):
                 # the common case, one plain topic: whole columns, no per-row routing
-                run_for(default_topic).send_many(*wire_columns(batch, roles))
+                run_for(default_topic, whole_columns=True).send_many(*wire_columns(batch, roles))
                 rows += n
                 continue
             cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
@@ -304,6 +346,12 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
         return segments, rows
     except BaseException:
         RESOURCES.discard([run.producer for run in runs.values()])  # sends of unknown outcome
+        if any(e.unforeseen for e in per_entry):
+            # the producer cut its batches where this version did not foresee: this
+            # worker's later tasks hear of every message (Spark writes this one again)
+            RESOURCES.per_entry_acks = False
+            log.warning("a producer's batches did not end where expected; this Python "
+                        "worker's sink tasks now take one callback per message (slower)")
         raise
     finally:
         if scalable is not None:

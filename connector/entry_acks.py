@@ -128,8 +128,9 @@ class EntryAcks:
         for ledger, entry, first, size in self.heard:
             entries.setdefault((ledger, entry), (first, size))
         covered = 0  # messages 0 .. covered-1 are in confirmed entries
-        for (ledger, entry), (first, size) in sorted(entries.items(), key=lambda e: e[1]):
-            if size is None:
+        for (ledger, entry), (first, size) in sorted(entries.items(), key=lambda e: e[1][0]):
+            if size is None:  # (a client that does not say it: fall back to per message)
+                self.unforeseen = True
                 return [f"entry {ledger}:{entry}: its size is unknown, so which messages it "
                         "holds is unknown"]
             if first != covered:

@@ -190,7 +190,25 @@ def test_a_callback_that_never_comes_is_waited_for_then_fails_the_flush():
     acks.callback(0)  # given out, never called
     acks.sent = 1
     assert not acks.wait(0.05)
-    assert acks.verify()
+    assert acks.outstanding == 1
+
+
+def test_a_run_that_flushes_with_an_entry_unanswered_never_commits(store):
+    """WriterRun.flush waits for every callback it gave out, and a run whose entry was
+    never answered does not commit (its messages' outcome is unknown)."""
+
+    class Unanswered(BatchingProducer):
+        def flush(self) -> None:
+            if self.number > 1:  # the run's first append is answered; later ones never
+                self.batch = []
+                return
+            super().flush()
+
+    producer = Unanswered(max_messages=100)
+    txn, run, _ = _txn_run(store, producer)
+    run.send_many(_values(300))
+    with pytest.raises(AppendFailed, match="unacknowledged"):
+        run.flush(timeout_s=0.1)
 
 
 def test_an_entry_of_unknown_size_is_no_proof():
@@ -200,6 +218,15 @@ def test_an_entry_of_unknown_size_is_no_proof():
     assert acks.wait(0.05)
     problems = acks.verify()
     assert problems and "size is unknown" in problems[0]
+    assert acks.unforeseen  # the worker falls back to a callback per message
+
+
+def test_two_entries_claiming_the_same_messages_fail_the_run_cleanly():
+    acks = EntryAcks(100, 128 * 1024)
+    acks.sent = 2
+    acks.callback(1)(pulsar.Result.Ok, message_id(7, 0, 1, 2))
+    acks.callback(1)(pulsar.Result.Ok, message_id(7, 1, 1))  # same start, no size
+    assert acks.verify()
 
 
 # ---- the writer-runs that use it: a transaction commits only what is stored ----
@@ -227,6 +254,9 @@ def test_a_transaction_heard_of_per_entry_commits_every_message_it_sent(store):
     assert txn.state is TxnState.COMMITTED
     assert producer.stored() == values
     assert len(acks.heard) <= len(producer.entries) + 1  # not one per message
+    # H1: the run's first position is its lowest entry, the first message's own
+    assert (run.first.ledger, run.first.entry) == (7, 0)
+    assert producer.entries[0] == values[:1]
 
 
 @pytest.mark.parametrize("fault", [{"answer": {7: "dup"}}, {"answer": {2: pulsar.Result.Timeout}},

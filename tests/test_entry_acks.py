@@ -18,6 +18,7 @@ from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.entry_acks import EntryAcks
 from pulsar_txn.errors import AppendFailed
 from pulsar_txn.metastore import MemoryMetadataStore
+from pulsar_txn.records import PROP_TXN
 from pulsar_txn.spark.sink_task import _PlainRun
 from pulsar_txn.state import TxnState
 from pulsar_txn.transaction import Transaction
@@ -57,6 +58,7 @@ class BatchingProducer:
         self.batch: list = [(b"theirs", None)] * foreign
         self.entries: list[list[bytes]] = []  # stored entries
         self.number = 0  # messages handed over
+        self.properties: list[dict] = []  # of every message handed over natively
         self._producer = self  # send_many hands native messages over here
 
     def stored(self) -> list[bytes]:
@@ -64,6 +66,7 @@ class BatchingProducer:
 
     def send_async(self, value, callback, properties=None, **kw) -> None:
         if not isinstance(value, bytes):
+            self.properties.append(dict(value.properties()))
             value = value.data()  # a message built natively
         n = self.number
         self.number += 1
@@ -254,6 +257,10 @@ def test_a_transaction_heard_of_per_entry_commits_every_message_it_sent(store):
     assert txn.state is TxnState.COMMITTED
     assert producer.stored() == values
     assert len(acks.heard) <= len(producer.entries) + 1  # not one per message
+    # every append carries the transaction's one protocol property (readers classify by it)
+    assert len(producer.properties) == len(values) - 1
+    assert all(list(p) == [PROP_TXN] and p[PROP_TXN].startswith(f"{txn.id};w1;")
+               for p in producer.properties)
     # H1: the run's first position is its lowest entry, the first message's own
     assert (run.first.ledger, run.first.entry) == (7, 0)
     assert producer.entries[0] == values[:1]

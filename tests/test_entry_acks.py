@@ -303,3 +303,82 @@ def test_the_plain_sink_heard_of_per_entry_fails_a_task_that_lost_a_row(fault):
         return
     with pytest.raises(AppendFailed):
         run.flush()
+
+
+# ---- the Spark sink's choice: which tasks hear per entry, and the fallback ----
+
+class _SinkClient:
+    """A worker's pulsar client: producers that batch as the C++ one does."""
+
+    def __init__(self, **faults) -> None:
+        self.faults, self.producers = faults, []
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        return [topic]
+
+    def create_producer(self, topic: str, **kw):
+        p = BatchingProducer(max_messages=kw["batching_max_messages"],
+                             max_bytes=kw.get("batching_max_allowed_size_in_bytes",
+                                              128 * 1024), **self.faults)
+        p.kw = kw
+        self.producers.append(p)
+        return p
+
+    def close(self) -> None:
+        pass
+
+
+def _resources(client):
+    from pulsar_txn.spark.resources import WorkerResources
+
+    return WorkerResources(make_client=lambda opts: client)
+
+
+def _write(monkeypatch, client, resources, options: dict | None = None):
+    """One sink task writing 2,500 rows to one plain topic: the error it failed with."""
+    import pyarrow as pa
+
+    from pulsar_txn.spark import sink_task
+    from pulsar_txn.spark.options import SinkOptions
+
+    monkeypatch.setattr(sink_task, "RESOURCES", resources)
+    opts = SinkOptions.from_options({"service.url": "pulsar://127.0.0.1:9",
+                                     "metastore.url": "redis://127.0.0.1:9",
+                                     "topic": "persistent://public/default/t",
+                                     **(options or {})})
+    batch = pa.RecordBatch.from_arrays([pa.array(_values(2500))], names=["value"])
+    try:
+        sink_task.write_rows(opts, {"value": "value"}, [batch], None, "w", None)
+    except AppendFailed as e:
+        return e
+    return None
+
+
+def test_a_task_writing_whole_columns_to_one_topic_hears_per_entry(monkeypatch):
+    client = _SinkClient()
+    assert _write(monkeypatch, client, _resources(client)) is None
+    (producer,) = client.producers
+    assert producer.kw["batching_max_publish_delay_ms"] >= 3_600_000  # no time trigger
+    assert producer.stored() == _values(2500)
+
+
+def test_a_users_batching_option_keeps_a_callback_per_message(monkeypatch):
+    """Batches cut by the user's settings (here, by time) cannot be foreseen."""
+    client = _SinkClient(cut_after={300})
+    failed = _write(monkeypatch, client, _resources(client),
+                    {"pulsar.producer.batching_max_publish_delay_ms": "10"})
+    assert failed is None, failed
+    (producer,) = client.producers
+    assert producer.kw["batching_max_publish_delay_ms"] == 10
+    assert producer.stored() == _values(2500)
+
+
+def test_a_worker_whose_batches_were_cut_unforeseen_falls_back_to_per_message(monkeypatch):
+    client = _SinkClient(cut_after={300})
+    resources = _resources(client)
+    failed = _write(monkeypatch, client, resources)
+    assert failed is not None and "unknown" in str(failed)  # fail closed: Spark retries
+    assert resources.per_entry_acks is False
+    assert _write(monkeypatch, client, resources) is None  # the retry, per message
+    assert client.producers[-1].stored() == _values(2500)
+    assert client.producers[-1].kw["batching_max_publish_delay_ms"] == 5

@@ -165,11 +165,12 @@ class WriterRun:
         """Asynchronous appends of many messages in order: the Spark sink's hot path.
 
         The same as ``send_async`` for each (the first append is still synchronous and
-        records the run's position; the count of outstanding sends is what ``flush``
-        waits for), minus pulsar-client's per-call wrapper work (argument checks, a
-        builder call per property): messages are built natively, the transaction's
-        properties given as one map. ``keys``/``properties``/``event_times``: per
-        message, or None for none.
+        records the run's position; the callbacks given out are what ``flush`` waits
+        for: one per message, or one per entry after :meth:`acknowledge_per_entry`),
+        minus pulsar-client's per-call wrapper work (argument checks): messages are
+        built natively, the transaction's one property set by name (a message with
+        user properties, or the three-property form, gets one merged map).
+        ``keys``/``properties``/``event_times``: per message, or None for none.
         """
         import _pulsar
 

@@ -59,6 +59,7 @@ class BatchingProducer:
         self.entries: list[list[bytes]] = []  # stored entries
         self.number = 0  # messages handed over
         self.properties: list[dict] = []  # of every message handed over natively
+        self.callbacks = 0  # messages handed over with a callback
         self._producer = self  # send_many hands native messages over here
 
     def stored(self) -> list[bytes]:
@@ -70,6 +71,7 @@ class BatchingProducer:
             value = value.data()  # a message built natively
         n = self.number
         self.number += 1
+        self.callbacks += callback is not None
         if n in self.refuse:  # refused at once: only a callback would hear of it
             if callback is not None:
                 callback(pulsar.Result.AlreadyClosed, message_id(-1, -1))
@@ -360,6 +362,7 @@ def test_a_task_writing_whole_columns_to_one_topic_hears_per_entry(monkeypatch):
     (producer,) = client.producers
     assert producer.kw["batching_max_publish_delay_ms"] >= 3_600_000  # no time trigger
     assert producer.stored() == _values(2500)
+    assert producer.callbacks <= 5  # three entries of 1,000 and the hand-over's end
 
 
 def test_a_users_batching_option_keeps_a_callback_per_message(monkeypatch):
@@ -371,6 +374,7 @@ def test_a_users_batching_option_keeps_a_callback_per_message(monkeypatch):
     (producer,) = client.producers
     assert producer.kw["batching_max_publish_delay_ms"] == 10
     assert producer.stored() == _values(2500)
+    assert producer.callbacks == 2500
 
 
 def test_a_worker_whose_batches_were_cut_unforeseen_falls_back_to_per_message(monkeypatch):
@@ -382,3 +386,38 @@ def test_a_worker_whose_batches_were_cut_unforeseen_falls_back_to_per_message(mo
     assert _write(monkeypatch, client, resources) is None  # the retry, per message
     assert client.producers[-1].stored() == _values(2500)
     assert client.producers[-1].kw["batching_max_publish_delay_ms"] == 5
+    assert client.producers[-1].callbacks == 2500
+
+
+def test_a_task_that_failed_otherwise_keeps_the_worker_per_entry(monkeypatch):
+    """Only batches cut where they were not foreseen turn per-entry off; a refused entry
+    (here, answered without a position) fails the task and nothing else."""
+    client = _SinkClient(answer={1: "dup"})
+    resources = _resources(client)
+    failed = _write(monkeypatch, client, resources)
+    assert failed is not None and "without a position" in str(failed)
+    assert resources.per_entry_acks is True
+
+
+def test_a_transactional_task_hears_per_entry_and_its_transaction_commits(monkeypatch, store):
+    import pyarrow as pa
+
+    from pulsar_txn.spark import sink_task
+    from pulsar_txn.spark.options import SinkOptions
+
+    client = _SinkClient()
+    monkeypatch.setattr(sink_task, "RESOURCES", _resources(client))
+    coord = TransactionCoordinator(store, materialize_inline=True)
+    txn = coord.new_transaction()
+    opts = SinkOptions.from_options({"service.url": "pulsar://127.0.0.1:9",
+                                     "metastore.url": "redis://127.0.0.1:9",
+                                     "topic": "persistent://public/default/t"})
+    batch = pa.RecordBatch.from_arrays([pa.array(_values(2500))], names=["value"])
+    segments, rows = sink_task.write_rows(opts, {"value": "value"}, [batch], txn.txn_id,
+                                          "w1", store)
+    assert (segments, rows) == (["persistent://public/default/t"], 2500)
+    (producer,) = client.producers
+    assert producer.stored() == _values(2500)
+    assert producer.callbacks <= 5
+    assert all(p == {PROP_TXN: f"{txn.txn_id};w1;{store.deployment}"}
+               for p in producer.properties)

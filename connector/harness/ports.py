@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
@@ -11,6 +12,21 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (all held open together, so no repeats).
+
+    Another process may still grab one before its server binds it: callers retry with
+    new ports when that happens.
+    """
+    with contextlib.ExitStack() as stack:
+        socks = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
 
 
 def wait_tcp(port: int, timeout: float, proc=None, what: str = "server") -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from .ports import free_port
+from .ports import free_ports
 from .redis_server import RedisServer
 
 SLOTS = 16384
@@ -27,14 +27,23 @@ class RedisClusterHarness:
         self.workdir = Path(workdir)
         self.primaries = primaries
         self.replicas = replicas
-        args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", str(node_timeout_ms),
-                "--cluster-require-full-coverage", "yes")
-        n = primaries * (1 + replicas)
-        # the bus port defaults to port + 10000, past 65535 for many free ports: chosen here
-        self.bus_ports = [free_port() for _ in range(n)]
-        self.nodes = [RedisServer(self.workdir / f"node{i}", appendfsync=appendfsync,
-                                  extra_args=(*args, "--cluster-port", str(self.bus_ports[i])))
+        self._appendfsync = appendfsync
+        self._args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                      "--cluster-node-timeout", str(node_timeout_ms),
+                      "--cluster-require-full-coverage", "yes")
+        self._attempt = 0
+        self._make_nodes()
+
+    def _make_nodes(self) -> None:
+        """Nodes with fresh directories (no nodes.conf of an earlier attempt) and bus
+        ports picked together, so no two repeat; the bus port defaults to port + 10000,
+        past 65535 for many free ports, so it is chosen here."""
+        n = self.primaries * (1 + self.replicas)
+        self.bus_ports = free_ports(n)
+        base = self.workdir if self._attempt == 0 else self.workdir / f"again{self._attempt}"
+        self.nodes = [RedisServer(base / f"node{i}", appendfsync=self._appendfsync,
+                                  extra_args=(*self._args, "--cluster-port",
+                                              str(self.bus_ports[i])))
                       for i in range(n)]
 
     @property
@@ -47,12 +56,39 @@ class RedisClusterHarness:
         return redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True,
                            socket_timeout=5)
 
-    def start(self, timeout: float = 30.0) -> RedisClusterHarness:
-        try:
-            return self._start(timeout)
-        except BaseException:
-            self.stop()  # never leave half a cluster running
-            raise
+    def start(self, timeout: float = 30.0, attempts: int = 3) -> RedisClusterHarness:
+        """Start the nodes and form the cluster. A cluster that does not form (a port
+        taken between its pick and a node's bind, a gossip that never converges on a
+        loaded machine: a CI run timed out waiting for the nodes to meet) is stopped
+        and started again on new ports, ``attempts`` times in all; the last failure
+        says what each node saw."""
+        while True:
+            try:
+                return self._start(timeout)
+            except Exception as e:
+                seen = self._diagnosis()
+                self.stop()  # never leave half a cluster running
+                self._attempt += 1
+                if self._attempt >= attempts:
+                    raise RuntimeError(f"{e} (after {attempts} attempts; last one: "
+                                       f"{seen})") from e
+                self._make_nodes()
+            except BaseException:
+                self.stop()
+                raise
+
+    def _diagnosis(self) -> str:
+        out = []
+        for s in self.nodes:
+            if s.proc is None or s.proc.poll() is not None:
+                out.append(f"node {s.port}: not running")
+                continue
+            try:
+                known = self._known(self._conn(s))
+                out.append(f"node {s.port} knows {len(known)} of {len(self.nodes)}")
+            except Exception as e:  # noqa: BLE001 - a diagnosis: whatever answers
+                out.append(f"node {s.port}: {e}")
+        return "; ".join(out)
 
     def _start(self, timeout: float) -> RedisClusterHarness:
         for s in self.nodes:

@@ -40,6 +40,7 @@ from pulsar_txn.admin import (  # noqa: F401  (re-exported for the harness's use
     admin_terminate,
     admin_topic_path,
 )
+from pulsar_txn.harness.ports import free_ports
 from pulsar_txn.harness.tls import make_ca
 
 MAIN_CLASS = "org.apache.pulsar.PulsarStandaloneStarter"
@@ -182,21 +183,6 @@ def broker_version(lib: pathlib.Path) -> str:
         if m:
             return m.group(1)
     raise RuntimeError(f"{lib} holds no pulsar-broker-<version>.jar")
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (all held open together, so no repeats).
-
-    Another process may still grab one before the JVM binds it; start()
-    retries with new ports when the log says so.
-    """
-    with contextlib.ExitStack() as stack:
-        socks = []
-        for _ in range(n):
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
 
 
 def _port_open(port: int) -> bool:

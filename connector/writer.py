@@ -191,7 +191,7 @@ class WriterRun:
             return
         native, base, builder = self.producer._producer, self._txn_props, _pulsar.MessageBuilder
         # the usual one protocol property, set by name: a map per message costs the
-        # conversion of a dict (~0.35 µs more, docs/benchmarks.md)
+        # conversion of a dict, a little more (docs/benchmarks.md, message_build)
         one = next(iter(base.items())) if len(base) == 1 else None
         entries = self._entries
         if entries is None:

@@ -235,8 +235,9 @@ def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list 
 
 
 # The producer of a task that writes whole columns to one topic: its batches are cut by
-# count and bytes alone, never by time (a batch is flushed when the task ends), so the
-# run learns every append's outcome from the last message of each batch (entry_acks).
+# count and bytes, its time trigger an hour away (the task flushes its last batch), so
+# the run learns every append's outcome from the last message of each batch
+# (entry_acks).
 PER_ENTRY_PRODUCER = {"batching_max_publish_delay_ms": 3_600_000,
                       "batching_max_allowed_size_in_bytes": 128 * 1024}
 # A user's producer setting among these leaves the batches' ends to it: per message.

@@ -44,6 +44,7 @@ def main() -> int:
         proc = subprocess.run([sys.executable, str(HERE / "bench_pipeline.py"),
                                "--seconds", str(args.minutes * 60), "--rate", str(args.rate),
                                "--trigger-ms", str(args.trigger_ms), "--minute", str(minute),
+                               "--floor-seconds", "0",
                                "--json", str(out)], env=env, cwd=HERE)
         if proc.returncode != 0:
             return proc.returncode

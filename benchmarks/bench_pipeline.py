@@ -17,19 +17,20 @@ progress, the per-micro-batch fixed cost (``latestOffset``, ``queryPlanning``,
 ``--minute`` window so growth over a long run shows (bench_soak.py).
 
 Then, in the same run, for ``--floor-seconds`` each (default half ``--seconds``; 0
-skips them), the same query shape and trigger with Spark alone at both ends (a Python
-source whose events become available at the same rate in groups of ``--per-txn``,
-read from nowhere, and a Python sink whose driver-side commit notes when each event's
-batch committed), then with only our source, then with only our sink. Spark alone's
-p50 is what Spark's micro-batch machinery costs an event on this machine, the least
-any Python connector could show; the two halves show which end takes the rest.
-Not a test.
+skips them), the same query shape and trigger four more times, warm: with Spark alone
+at both ends (a Python source whose events become available at the same rate in groups
+of ``--per-txn``, read from nowhere, in Arrow batches, and a Python Arrow sink whose
+driver-side commit notes when each event's batch committed), with only our source,
+with only our sink, and with ours at both ends. Spark alone's p50 is what Spark's
+micro-batch machinery costs an event on this machine with Python ends that do nothing;
+the halves show which end takes the rest. Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -170,8 +171,8 @@ def register_alone(spark) -> None:
 
     from pyspark.sql.datasource import (
         DataSource,
+        DataSourceStreamArrowWriter,
         DataSourceStreamReader,
-        DataSourceStreamWriter,
         InputPartition,
         WriterCommitMessage,
     )
@@ -195,10 +196,15 @@ def register_alone(spark) -> None:
         def partitions(self, start, end):
             return [InputPartition((start["n"], end["n"]))]
 
-        def read(self, partition):
+        def read(self, partition):  # whole columns, as our source hands them out
+            import pyarrow as pa
+
             lo, hi = partition.value
-            for i in range(lo, hi):
-                yield (f"k{i % 16}", f"event-{i}".encode())
+            if hi > lo:
+                yield pa.RecordBatch.from_pydict({
+                    "key": pa.array([f"k{i % 16}" for i in range(lo, hi)], pa.string()),
+                    "value": pa.array([f"event-{i}".encode() for i in range(lo, hi)],
+                                      pa.binary())})
 
         def commit(self, end):
             pass
@@ -207,12 +213,13 @@ def register_alone(spark) -> None:
     class _Written(WriterCommitMessage):
         ids: list
 
-    class _Writer(DataSourceStreamWriter):
+    class _Writer(DataSourceStreamArrowWriter):  # whole columns, as our sink takes them
         def __init__(self, out: str) -> None:
             self.out = out
 
         def write(self, iterator):
-            return _Written([int(r.value.split("-")[1]) for r in iterator])
+            return _Written([int(v.split("-")[1]) for b in iterator
+                             for v in b.column("value").to_pylist()])
 
         def commit(self, messages, batchId):
             now = time.time()
@@ -268,7 +275,9 @@ def compare(spark, client: PulsarTxnClient, common: dict, seconds: float,
     else:
         df = (spark.readStream.format("bench-pipeline-alone").option("t0", str(t0))
               .option("rate", str(rate)).option("per_txn", str(per_txn)).load())
-    out_file = Path(tempfile.mkstemp(prefix="alone-", suffix=".jsonl")[1])
+    fd, name = tempfile.mkstemp(prefix="alone-", suffix=".jsonl")
+    os.close(fd)
+    out_file = Path(name)
     w = (df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
          .writeStream.option("checkpointLocation", tempfile.mkdtemp(prefix="cmp-ckpt-")))
     if sink == "pulsar-txn":
@@ -281,7 +290,7 @@ def compare(spark, client: PulsarTxnClient, common: dict, seconds: float,
     query = w.start()
     while query.lastProgress is None:  # as the pipeline: the query's start is not timed
         time.sleep(0.2)
-    started, cpu0 = time.time(), cpu_by_role()
+    started, started_mono, cpu0 = time.time(), time.monotonic(), cpu_by_role()
     threading.Thread(target=produce, args=(
         client, topic, rate, per_txn, time.monotonic() + seconds, fed), daemon=True).start()
     deadline = time.monotonic() + seconds + 5
@@ -295,15 +304,27 @@ def compare(spark, client: PulsarTxnClient, common: dict, seconds: float,
     if sink == "pulsar-txn":
         seen = dict(watch.seen)
     else:
-        seen = {i: at for line in out_file.read_text().splitlines()
-                for i, at in json.loads(line)}
+        seen = {}
+        for line in out_file.read_text().splitlines():
+            for i, at in json.loads(line):
+                seen.setdefault(i, at)  # a replayed batch: the first commit counts
     out_file.unlink()
-    ready = (fed if source == "pulsar-txn" else
-             {i: ready_at(i, t0, rate, per_txn) for i in seen})
-    lat = [1000 * (seen[i] - r) for i, r in ready.items()
-           if i in seen and r >= started and r <= started + seconds]
-    batches = [p for p in progress.items if p["batchId"] > 0]
+    ready = fed
+    if source != "pulsar-txn":  # every event that became available in the window
+        first = int((started - t0) * rate / per_txn) * per_txn
+        ready = {i: ready_at(i, t0, rate, per_txn)
+                 for i in range(first, int((started + seconds - t0) * rate) + per_txn)}
+
+    def in_window(r: float) -> bool:
+        return started <= r <= started + seconds
+
+    lat = [1000 * (seen[i] - r) for i, r in ready.items() if i in seen and in_window(r)]
+    missing = sum(1 for i, r in ready.items() if i not in seen and in_window(r))
+    # the micro-batches that ran in the window (the alone source goes on after it)
+    batches = [p for p in progress.items
+               if p["batchId"] > 0 and started_mono <= p["_at"] <= started_mono + seconds]
     return {"source": source, "sink": sink, "seconds": seconds, "events": len(lat),
+            "missing": missing,
             "p50_ms": rnd(pct(lat, 0.5)), "p99_ms": rnd(pct(lat, 0.99)),
             "batches": len(batches),
             "mean_ms": {k: round(statistics.mean(p["durationMs"].get(k, 0) for p in batches),
@@ -315,7 +336,8 @@ def compare(spark, client: PulsarTxnClient, common: dict, seconds: float,
 def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: float,
         floor_seconds: float) -> dict:
     spark = local_spark()
-    register_alone(spark)
+    if floor_seconds:
+        register_alone(spark)
     progress = Progress(spark)
     from pyspark.sql import functions as F
 
@@ -360,8 +382,7 @@ def run(seconds: float, rate: float, per_txn: int, trigger_ms: int, minute: floa
             w.join(5)
         # the same query with both ends Spark alone's, then one, then neither, each
         # measured the same way on a warm JVM (the run above includes the query's and
-        # the workers' warm-up); the broker and Redis stay up, idle but for the ends
-        # under test
+        # the workers' warm-up, and a second watcher, on the input)
         ends = ([("alone", "alone"), ("pulsar-txn", "alone"), ("alone", "pulsar-txn"),
                  ("pulsar-txn", "pulsar-txn")] if floor_seconds else [])
         compared = [compare(spark, client, common, floor_seconds, rate, per_txn,
@@ -421,7 +442,8 @@ def main() -> None:
           f"{result['pipeline_p99_ms']} ms, target p50 {result['target_p50_ms']} ms")
     for c in result["compared"]:
         print(f"{c['source']} → {c['sink']}: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms "
-              f"({c['events']} events, {c['batches']} batches; mean ms: " +
+              f"({c['events']} events, {c['missing']} missing, {c['batches']} batches; "
+              "mean ms: " +
               ", ".join(f"{k} {v}" for k, v in c["mean_ms"].items()) + "; CPU cores: " +
               ", ".join(f"{r} {v}" for r, v in c["cpu_cores"].items()) + ")")
     if result["compared"]:

@@ -32,22 +32,30 @@ class Producer:
 
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn: Transaction | None = None, event_time_ms: int | None = None):
-        props = user_props(properties)
-        kw = send_kw(key, event_time_ms)
         if txn is None:
-            return self.native.send(value, properties=props, **kw)
-        return self._run(txn).send(value, props, **kw)
+            return self.native.send(value, properties=user_props(properties),
+                                    **send_kw(key, event_time_ms))
+        try:
+            return self._run(txn).send(value, user_props(properties),
+                                       **send_kw(key, event_time_ms))
+        except BaseException as e:
+            txn.send_failed(e)  # the transaction cannot commit (see Transaction.send_failed)
+            raise
 
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn: Transaction | None = None,
                    event_time_ms: int | None = None) -> None:
-        props = user_props(properties)
-        kw = send_kw(key, event_time_ms)
         if txn is None:
-            self.native.send_async(value, callback or (lambda r, m: None), properties=props,
-                                   **kw)
-        else:
-            self._run(txn).send_async(value, props, callback, **kw)
+            self.native.send_async(value, callback or (lambda r, m: None),
+                                   properties=user_props(properties),
+                                   **send_kw(key, event_time_ms))
+            return
+        try:
+            self._run(txn).send_async(value, user_props(properties), callback,
+                                      **send_kw(key, event_time_ms))
+        except BaseException as e:
+            txn.send_failed(e)
+            raise
 
     def flush(self) -> None:
         self.native.flush()

@@ -17,7 +17,7 @@ import threading
 from typing import Protocol
 
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import ConfigError, PulsarTxnError, TxnNotOpen
+from pulsar_txn.errors import AppendFailed, ConfigError, PulsarTxnError, TxnNotOpen
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import TxnHeader, TxnId
 from pulsar_txn.state import TxnState
@@ -52,6 +52,7 @@ class Transaction:
         self._flushers: list[Flushable] = []  # scalable producers: re-route refused sends
         self._lock = threading.Lock()
         self._state = TxnState.OPEN
+        self._failed_send: str | None = None  # the first send that raised (see send_failed)
 
     @classmethod
     def join(cls, store: MetadataStore, txn_id: TxnId) -> JoinedTransaction:
@@ -95,6 +96,15 @@ class Transaction:
             if flusher not in self._flushers:
                 self._flushers.append(flusher)
 
+    def send_failed(self, error: BaseException) -> None:
+        """A send under this transaction raised: the transaction can no longer commit,
+        whether or not the caller caught the error and sent on (as Kafka's
+        ``commitTransaction`` after a failed send). Its caller was told the message may
+        be missing, so a COMMITTED answer would contradict what it heard."""
+        with self._lock:
+            if self._failed_send is None:
+                self._failed_send = repr(error)
+
     def enlist(self, participant: AckParticipant) -> None:
         """An ack store that learns the outcome at once (not only by event)."""
         with self._lock:
@@ -118,8 +128,14 @@ class Transaction:
 
     # ---- the end ----
     def commit(self) -> TxnHeader:
+        """Flush, then the CAS. A transaction in which a send raised, or whose appends
+        did not all land, is aborted instead and the error raised."""
         self.ensure_open()
         try:
+            if self._failed_send is not None:
+                raise AppendFailed(f"transaction {self.id}: a send raised "
+                                   f"{self._failed_send}, so the transaction cannot commit; "
+                                   "it is aborted")
             self.flush()
         except BaseException:
             self.abort()

@@ -83,13 +83,21 @@ class WriterRun:
         if not self._registered:
             with self._lock:
                 if not self._registered:
-                    self.store.register_write(self.txn_id, self.segment, self.writer)
-                    if self._fence is not None:
-                        try:
-                            self._fence()
-                        except SegmentSealed:
-                            self._withdraw()
-                            raise
+                    try:
+                        self.store.register_write(self.txn_id, self.segment, self.writer)
+                        if self._fence is not None:
+                            try:
+                                self._fence()
+                            except SegmentSealed:
+                                self._withdraw()
+                                raise
+                    except SegmentSealed:
+                        raise  # re-routed by the scalable producer: not a failed send
+                    except BaseException as e:
+                        # the send raised (e.g. the store is down): whatever the caller
+                        # does next, the transaction cannot commit (issue 26, hole 12)
+                        self.errors.append(f"a send's write registration raised {e!r}")
+                        raise
                     self._registered = True
 
     def _withdraw(self) -> None:

@@ -83,6 +83,11 @@ class AckConflict(TxnConflict):
         self.committed = committed
 
 
+class AckNotAllowed(PulsarTxnError):
+    """An ack the subscription cannot take (e.g. cumulative on Shared or Key_Shared):
+    refused when made, never discovered when the commit applies it."""
+
+
 class InvalidTxnId(PulsarTxnError, ValueError):
     """Not a v5 (metadata-driven) transaction id; v4 ids are refused here (H5)."""
 

@@ -166,3 +166,27 @@ class SweeperAbsent(PulsarTxnError):
     is running the timeout sweep for its deployment."""
 
     retriable = True
+
+
+class NamespaceNotFound(ConfigError):
+    """A reader named a metastore namespace that does not exist (readers never create
+    one): a typo in ``metastore.namespace``, or ``metastore.url`` names another store.
+    The message lists the namespaces that do exist there."""
+
+
+class DeploymentChanged(PulsarTxnError):
+    """The metastore at ``metastore.url`` was wiped, reset or replaced while this
+    process kept using it: its deployment id is not the one this process opened.
+    Everything that would read, write or ack under the old id stops here; open a new
+    client (or restart the query) to work with the new deployment."""
+
+
+class ForeignDeploymentEntries(PulsarTxnError):
+    """Transactional entries written under another deployment (another namespace or
+    metastore, or this one before a reset) were met: never delivered, and not passed
+    over unless the reader was told to (``skip_foreign_deployments`` /
+    ``read.foreignDeployments=skip``). ``deployments``: the ids seen."""
+
+    def __init__(self, message: str, deployments: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.deployments = deployments

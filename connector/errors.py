@@ -117,6 +117,25 @@ class SinkBoundToOtherQuery(ConfigError):
         self.query_id = query_id
 
 
+class SinkIdMovedAway(SinkBoundToOtherQuery):
+    """This query's ``sink.id`` was moved to another query by ``sink.id.rebind``: it can
+    never take it back (its replayed batches would not be recognised once their
+    transactions are collected, and would commit a second time)."""
+
+    def __init__(self, sink_id: str, query_id: str, last_batch: int) -> None:
+        ConfigError.__init__(
+            self,
+            f"option 'sink.id' = {sink_id!r} was moved from this streaming query to another "
+            f"one ({query_id or 'none now'}) by option 'sink.id.rebind'; this query "
+            f"committed batches up to {last_batch} under it and can never take it back, "
+            "with or without 'sink.id.rebind' (a replayed batch would be committed a second "
+            "time). Keep 'sink.id.rebind' only for the one restart that moves the id, and "
+            "give this query its own sink.id and a new checkpoint")
+        self.sink_id = sink_id
+        self.query_id = query_id
+        self.last_batch = last_batch
+
+
 class SinkFenced(PulsarTxnError):
     """The sink id was re-bound to another query: this query's batch is not committed."""
 

@@ -6,8 +6,8 @@ import pytest
 from helpers import values
 
 from pulsar_txn.errors import TxnNotOpen
-from pulsar_txn.records import TxnId, sink_owner
-from pulsar_txn.spark.sink_task import PulsarTxnCommitMessage
+from pulsar_txn.records import TxnId
+from pulsar_txn.spark.sink_task import PulsarTxnCommitMessage, join_batch
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.writer import WriterRun
@@ -33,15 +33,18 @@ def _run(client, txn_id, topic, writer) -> WriterRun:
 QUERY = "0f0e0d0c-0000-4000-8000-000000000001"
 
 
-def _task_write(client, topic, sink_id, batch_id, writer, payload, query_id=QUERY):
-    """What a task attempt does: join the batch's txn by owner, append as its writer."""
-    client.store.bind_sink(sink_id, query_id)
-    header = client.coordinator.new_transaction(
-        60_000, owner=sink_owner(sink_id, query_id, batch_id))
-    run = _run(client, header.txn_id, topic, writer)
+def _task_write(client, topic, sink_id, batch_id, writer, payload, query_id=QUERY,
+                rebind=False) -> PulsarTxnCommitMessage:
+    """What a streaming task attempt does: the task's own replay guard
+    (sink_task.join_batch), then, unless the batch is committed, an append as its writer."""
+    txn_id, committed = join_batch(client.store, sink_id, query_id, batch_id, rebind, 60_000)
+    if committed:
+        return PulsarTxnCommitMessage(sink_id, txn_id and str(txn_id), writer, (), 0, True,
+                                      query_id)
+    run = _run(client, txn_id, topic, writer)
     run.send(payload)
     run.flush()
-    return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (run.segment,), 1,
+    return PulsarTxnCommitMessage(sink_id, str(txn_id), writer, (run.segment,), 1,
                                   query_id=query_id)
 
 
@@ -59,20 +62,41 @@ def test_sink_abort_after_a_successful_commit_changes_nothing(client, broker, re
 
 def test_sink_replayed_committed_batch_commits_nothing_new(client, broker, redis_server,
                                                            namespace, topic_name):
-    """Spark replays the last batch after a crash: its second attempt stays invisible."""
+    """Spark replays the last batch after a crash: the task's replay guard finds it
+    committed while its header is kept and after header GC (the progress record alone),
+    so the replay writes nothing and its commit adds nothing."""
     topic = topic_name("replay")
     core = _sink(broker, redis_server, namespace, topic, "s-replay")
     first = _task_write(client, topic, "s-replay", 3, "t0.a0.first", b"once")
     core.commit([first], 3)
-    header = client.coordinator.new_transaction(60_000, owner=sink_owner("s-replay", QUERY, 3))
-    assert header.state is TxnState.COMMITTED and str(header.txn_id) == first.txn_id
-    zombie = _run(client, header.txn_id, topic, "t0.a0.again")
+    replay = _task_write(client, topic, "s-replay", 3, "t0.a0.again", b"twice")
+    assert replay.already_committed and replay.segments == ()
+    core.commit([replay], 3)
+    zombie = _run(client, TxnId.parse(first.txn_id), topic, "t0.a0.zombie")
     with pytest.raises(TxnNotOpen):  # the registration fences a write to a decided txn
-        zombie.send(b"twice")
-    core.commit([PulsarTxnCommitMessage("s-replay", first.txn_id, "t0.a0.again", (), 0,
-                                        already_committed=True, query_id=QUERY)], 3)
+        zombie.send(b"zombie")
+    assert client.coordinator.sweep_gc(retention_ms=0) >= 1  # the batch's header is gone
+    late = _task_write(client, topic, "s-replay", 3, "t0.a0.late", b"after gc")
+    core.commit([late], 3)
     assert values(client.create_reader(topic)) == [b"once"]
     assert client.store.sink_last_batch("s-replay") == 3
+
+
+def test_sink_commit_names_only_the_attempts_whose_messages_arrived(client, broker,
+                                                                    redis_server, namespace,
+                                                                    topic_name):
+    """Two attempts of one task append under batch 0's transaction (a retry after a
+    lost executor: both have recorded positions); Spark counted only the second. Only
+    its rows show, the other attempt's never do, after GC too (H2, H3)."""
+    topic = topic_name("winners")
+    core = _sink(broker, redis_server, namespace, topic, "s-winners")
+    lost = _task_write(client, topic, "s-winners", 0, "t0.a0.lost", b"lost attempt")
+    counted = _task_write(client, topic, "s-winners", 0, "t0.a1.counted", b"counted attempt")
+    assert lost.txn_id == counted.txn_id and lost.segments == counted.segments
+    core.commit([counted], 0)
+    assert values(client.create_reader(topic)) == [b"counted attempt"]
+    client.coordinator.sweep_gc(retention_ms=0)
+    assert values(client.create_reader(topic)) == [b"counted attempt"]
 
 
 def test_explicit_sink_id_of_another_query_is_refused_by_option_name(client):
@@ -90,16 +114,37 @@ def test_explicit_sink_id_of_another_query_is_refused_by_option_name(client):
 
 def test_rebound_sink_id_starts_over_and_fences_the_old_query(client, broker, redis_server,
                                                              namespace, topic_name):
-    from pulsar_txn.errors import SinkFenced
+    """Hole 7: query B takes query A's sink id (sink.id.rebind=true) and starts over;
+    A's late commit is fenced. A, restarted after the retention window with the same
+    options, replays its last batch and would take the id back: refused by the option's
+    name, its progress kept, and none of its batches is committed twice."""
+    from pulsar_txn.errors import ConfigError, SinkFenced
 
     topic = topic_name("rebind")
+    old, new = QUERY, "0f0e0d0c-0000-4000-8000-000000000003"
     core = _sink(broker, redis_server, namespace, topic, "s-rebind")
-    core.commit([_task_write(client, topic, "s-rebind", 0, "t0.a0.old", b"old-0")], 0)
-    zombie = _task_write(client, topic, "s-rebind", 1, "t0.a0.old1", b"old-1")
-    new = "0f0e0d0c-0000-4000-8000-000000000003"
-    assert client.store.bind_sink("s-rebind", new, rebind=True) == -1  # progress starts over
-    core.commit([_task_write(client, topic, "s-rebind", 0, "t0.a0.new", b"new-0", new)], 0)
+    for batch in (0, 1):
+        core.commit([_task_write(client, topic, "s-rebind", batch, f"t0.a0.old{batch}",
+                                 b"old-%d" % batch, old, rebind=True)], batch)
+    zombie = _task_write(client, topic, "s-rebind", 2, "t0.a0.old2", b"old-2", old,
+                         rebind=True)
+    first_of_new = _task_write(client, topic, "s-rebind", 0, "t0.a0.new", b"new-0", new,
+                               rebind=True)
+    assert not first_of_new.already_committed  # the new query's progress starts over
+    core.commit([first_of_new], 0)
     with pytest.raises(SinkFenced):  # the old query's late commit does not land
-        core.commit([zombie], 1)
-    assert values(client.create_reader(topic)) == [b"old-0", b"new-0"]
+        core.commit([zombie], 2)
+    client.coordinator.sweep_gc(retention_ms=0)  # past the retention window
+    refused = None
+    try:  # query A is back, same options: Spark replays its uncommitted-looking batch 1
+        replay = _task_write(client, topic, "s-rebind", 1, "t0.a0.back", b"old-1", old,
+                             rebind=True)
+    except ConfigError as e:
+        refused = e
+    else:
+        core.commit([replay], 1)
+    assert values(client.create_reader(topic)) == [b"old-0", b"old-1", b"new-0"]
+    assert refused is not None and "'sink.id.rebind'" in str(refused)
+    assert "'sink.id'" in str(refused) and refused.last_batch == 1  # A's progress kept
     assert client.store.sink_progress("s-rebind") == (0, new)
+    assert client.store.bind_sink("s-rebind", new, rebind=True) == 0  # B goes on

@@ -33,6 +33,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
+    SinkIdMovedAway,
     TxnIdStale,
     TxnNotFound,
 )
@@ -446,9 +447,15 @@ class MemoryMetadataStore(AckTables, Layouts):
             bound = sinks.get(sink_id, {}).get("qid")
             if bound == query_id:
                 return sinks[sink_id].get("batch", -1)
+            rec = sinks.setdefault(sink_id, {})
+            if f"moved:{query_id}" in rec:
+                raise SinkIdMovedAway(sink_id, bound or "", rec[f"moved:{query_id}"])
             if bound is not None and not rebind:
                 raise SinkBoundToOtherQuery(sink_id, bound)
-            sinks[sink_id] = {"qid": query_id, "batch": -1}
+            if bound is not None:  # kept, never erased: that query can never come back
+                rec[f"moved:{bound}"] = rec.get("batch", -1)
+            rec.pop("txn", None)
+            rec.update(qid=query_id, batch=-1)
             return -1
 
     def sink_progress(self, sink_id: str) -> tuple[int, str | None]:

@@ -33,6 +33,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
+    SinkIdMovedAway,
     TxnIdStale,
     TxnNotFound,
 )
@@ -433,6 +434,8 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
                                      args=[query_id, "1" if rebind else "0"])
         if res[0] == "OTHER":
             raise SinkBoundToOtherQuery(sink_id, res[1])
+        if res[0] == "MOVED":
+            raise SinkIdMovedAway(sink_id, res[1], int(res[2]))
         return int(res[1])
 
     @translate

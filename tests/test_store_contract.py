@@ -28,6 +28,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
+    SinkIdMovedAway,
     TopicNotFound,
     TxnIdStale,
     TxnNotFound,
@@ -445,6 +446,27 @@ def test_bind_sink_keeps_one_query_per_sink_id(store):
     assert store.bind_sink(sink, "q2", rebind=True) == -1
     assert store.sink_progress(sink) == (-1, "q2")
 
+
+
+def test_a_rebind_keeps_the_old_querys_progress_and_never_lets_it_back(store):
+    """Hole 7: a rebind never erases another query's progress, and a query that lost
+    its sink id never binds it again, with or without rebind (its collected batches
+    would commit twice)."""
+    sink = "sink-5"
+    store.bind_sink(sink, "q1")
+    t = new_txn(store, owner=sink_owner(sink, "q1", 7))
+    store.end_txn(t, COMMITTED, [], sink=SinkBatch(sink, "q1", 7))
+    assert store.bind_sink(sink, "q2", rebind=True) == -1
+    for rebind in (True, False):
+        with pytest.raises(SinkIdMovedAway, match="sink.id.rebind") as e:
+            store.bind_sink(sink, "q1", rebind=rebind)
+        assert (e.value.query_id, e.value.last_batch) == ("q2", 7)
+    assert store.sink_progress(sink) == (-1, "q2")
+    assert store.bind_sink(sink, "q2", rebind=True) == -1  # the holder's rebind: a no-op
+    assert store.bind_sink(sink, "q3", rebind=True) == -1
+    with pytest.raises(SinkIdMovedAway) as e:
+        store.bind_sink(sink, "q2", rebind=True)
+    assert e.value.last_batch == -1
 
 # ---- materialization ----
 def test_materialize_moves_the_gate_and_lists_the_losers(store):

@@ -83,7 +83,8 @@ class PulsarTxnDataSource(DataSource):
         belongs to the first query that writes it; another query using it is refused.
     sink.id.rebind : ``false``
         ``true`` moves an explicit ``sink.id`` that belongs to another query to this one
-        and starts its progress over; the old query's later commits are fenced.
+        and starts its progress over; the old query's later commits are fenced,
+        and it can never bind the id again (docs/spark.md).
     pulsar.producer.<name> : batching on, 1000 msgs, 5 ms
         Any ``pulsar.Client.create_producer`` keyword, e.g.
         ``pulsar.producer.compression_type=LZ4`` (enum settings by member name).

@@ -379,19 +379,30 @@ def write_micro_batch(opts: SinkOptions, roles: dict[str, str], batches
     sink_id = opts.sink_id or default_sink_id(query_id)
     writer = _writer_id(ctx)
     store = RESOURCES.store(opts.metastore_url, opts.namespace)  # kept
-    # progress is per query: a new checkpoint never inherits another query's
-    if store.bind_sink(sink_id, query_id, opts.rebind) >= batch_id:
-        return PulsarTxnCommitMessage(sink_id, None, writer, (), 0, True, query_id)
-    coord = TransactionCoordinator(store, materialize_inline=True)
-    header = coord.new_transaction(opts.timeout_ms,
-                                   owner=sink_owner(sink_id, query_id, batch_id))
-    if header.state is TxnState.COMMITTED:  # replay of a committed batch: write nothing
-        return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, (), 0, True,
+    txn_id, committed = join_batch(store, sink_id, query_id, batch_id, opts.rebind,
+                                   opts.timeout_ms)
+    if committed:  # a replay of a committed batch: write nothing
+        return PulsarTxnCommitMessage(sink_id, txn_id and str(txn_id), writer, (), 0, True,
                                       query_id)
-    segments, rows = write_rows(opts, roles, batches, header.txn_id, writer, store)
+    segments, rows = write_rows(opts, roles, batches, txn_id, writer, store)
     faults.after_task_write(opts, batch_id, ctx)
-    return PulsarTxnCommitMessage(sink_id, str(header.txn_id), writer, tuple(segments),
+    return PulsarTxnCommitMessage(sink_id, str(txn_id), writer, tuple(segments),
                                   rows, False, query_id)
+
+
+def join_batch(store, sink_id: str, query_id: str, batch_id: int, rebind: bool,
+               timeout_ms: int) -> tuple[TxnId | None, bool]:
+    """The replay guard of a streaming task: (the batch's transaction, whether it is
+    already committed). A committed batch is recognised twice over: by the sink's
+    progress record, which the commit CAS advanced (it outlives header GC), and by the
+    batch's owner key (create-or-get, while the header is kept). Binding the sink id
+    first refuses a query the id does not belong to (a new checkpoint never inherits
+    another query's progress, an old one never takes its id back: sink.id.rebind)."""
+    if store.bind_sink(sink_id, query_id, rebind) >= batch_id:
+        return None, True
+    header = TransactionCoordinator(store, materialize_inline=True).new_transaction(
+        timeout_ms, owner=sink_owner(sink_id, query_id, batch_id))
+    return header.txn_id, header.state is TxnState.COMMITTED
 
 
 def write_job_part(opts: SinkOptions, roles: dict[str, str], batches, sink_id: str,

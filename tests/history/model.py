@@ -1,0 +1,140 @@
+"""The history: every operation with its invocation and its completion.
+
+Why a logical clock and not timestamps: "a read completed before the commit was
+invoked" must be decided exactly, and the steps of one test process are totally
+ordered, so a counter bumped at every invocation and every completion is the real
+time order of the run. An operation whose client died before it answered stays
+``unknown``: the checker accepts either outcome, as long as one of them explains
+everything else the history shows.
+
+Values are unique strings, so every value read names the one send that wrote it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+OK, FAIL, UNKNOWN, PENDING = "ok", "fail", "unknown", "pending"
+Pos = tuple  # (ledger, entry, batch index): ordered as the segment is
+
+
+@dataclass(eq=False)
+class Op:
+    """One client operation, compared by identity. ``f`` is one of: send, commit,
+    abort, sweep, read, receive, ack, batch, cursor, fault."""
+
+    index: int
+    process: str
+    f: str
+    invoked: int
+    args: dict[str, Any]
+    completed: int | None = None
+    outcome: str = PENDING
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        a = self.args
+        what = {
+            "send": lambda: (f"send {a['value']} to {a['topic']}"
+                             + (f" key {a['key']}" if a.get("key") else "")
+                             + (f" under {a['txn']} as {a.get('writer')}" if a.get("txn")
+                                else " (plain)")),
+            "commit": lambda: f"commit {a['txn']}" + (f" winners {sorted(a['winners'])}"
+                                                      if a.get("winners") is not None else ""),
+            "abort": lambda: f"abort {a['txn']}",
+            "sweep": lambda: "sweep timeouts",
+            "read": lambda: f"read {a['topic']} in session {a['session']} from {a['start']}",
+            "receive": lambda: f"receive on {a['topic']}|{a['sub']} in session {a['session']}",
+            "ack": lambda: (f"{'cumulative ' if a.get('cumulative') else ''}ack {a['value']} on "
+                            f"{a['topic']}|{a['sub']}"
+                            + (f" under {a['txn']}" if a.get("txn") else " (plain)")),
+            "batch": lambda: f"micro-batch {a['sink']}#{a['batch_id']} as {a['txn']}",
+            "cursor": lambda: f"look at the subscription {a['topic']}|{a['sub']}",
+            "fault": lambda: f"fault: {a['what']}",
+        }.get(self.f, lambda: f"{self.f} {a}")()
+        res = {k: v for k, v in self.result.items() if k != "values"}
+        if "values" in self.result:
+            res["values"] = [v for _, v in self.result["values"]]
+        shown = f" {res}" if res else ""
+        return f"#{self.index} [{self.process}] {what} -> {self.outcome}{shown}"
+
+
+class History:
+    """Append-only record of a run's operations."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self._clock = 0
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def invoke(self, process: str, f: str, **args: Any) -> Op:
+        op = Op(len(self.ops), process, f, self._tick(), args)
+        self.ops.append(op)
+        return op
+
+    def complete(self, op: Op, outcome: str, **result: Any) -> Op:
+        if op.outcome != PENDING:
+            raise ValueError(f"operation {op.describe()} completed twice")
+        op.completed, op.outcome = self._tick(), outcome
+        op.result.update(result)
+        return op
+
+    def ok(self, op: Op, **result: Any) -> Op:
+        return self.complete(op, OK, **result)
+
+    def fail(self, op: Op, error: str, **result: Any) -> Op:
+        return self.complete(op, FAIL, error=error, **result)
+
+    def unknown(self, op: Op, why: str) -> Op:
+        return self.complete(op, UNKNOWN, error=why)
+
+    def note(self, process: str, f: str, **args: Any) -> Op:
+        """An instantaneous event (a fault injected, a sweep's report)."""
+        return self.ok(self.invoke(process, f, **args))
+
+    def crash(self, process: str, why: str = "the process crashed") -> None:
+        """Every operation of ``process`` still waiting for its answer never gets one."""
+        for op in self.ops:
+            if op.process == process and op.outcome == PENDING:
+                self.unknown(op, why)
+
+    def forget_decisions_after(self, clock: int, why: str) -> None:
+        """A rollback of the metadata store to its state at ``clock``: the decisions the
+        clients saw after it may be gone, so their outcomes become unknown."""
+        for op in self.ops:
+            if (op.f in ("commit", "abort") and op.completed is not None
+                    and op.completed > clock and op.outcome == OK):
+                op.outcome, op.result = UNKNOWN, {**op.result, "error": why}
+
+    @contextmanager
+    def op(self, process: str, f: str, **args: Any) -> Iterator[Op]:
+        """Invoke, run the body, complete: ok unless the body completed it; an
+        exception is a failure (re-raised)."""
+        op = self.invoke(process, f, **args)
+        try:
+            yield op
+        except BaseException as e:
+            if op.outcome == PENDING:
+                self.fail(op, f"{type(e).__name__}: {e}")
+            raise
+        if op.outcome == PENDING:
+            self.ok(op)
+
+    @property
+    def now(self) -> int:
+        return self._clock
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for op in self.ops:
+            out[op.f] = out.get(op.f, 0) + 1
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(op.describe() for op in self.ops)

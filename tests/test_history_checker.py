@@ -1,0 +1,333 @@
+"""The history checker can fail: a hand-written history of each anomaly class is
+flagged with that class and only the operations that prove it, and correct
+histories (unknown outcomes included) pass.
+
+The histories are written as a client would record them; nothing here runs the
+code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+from history import History, check
+from history.checker import explain
+from history.model import OK, UNKNOWN
+
+
+def P(entry: int, ledger: int = 1) -> tuple:
+    return (ledger, entry, -1)
+
+
+class H(History):
+    """Shorthands for hand-written histories: one line per operation."""
+
+    def send(self, value, topic="t", txn=None, writer="w1", pos=None, key=None,
+             outcome=OK, row=None, process="p1"):
+        op = self.invoke(process, "send", topic=topic, value=value, txn=txn, writer=writer,
+                         key=key, row=row)
+        if outcome == OK:
+            self.ok(op, position=pos)
+        elif outcome == UNKNOWN:
+            self.unknown(op, "crashed")
+        else:
+            self.fail(op, "refused")
+        return op
+
+    def commit(self, txn, outcome=OK, winners=None, process="p1"):
+        op = self.invoke(process, "commit", txn=txn, winners=winners)
+        if outcome == OK:
+            return self.ok(op)
+        if outcome == UNKNOWN:
+            return self.unknown(op, "crashed")
+        return self.fail(op, "TxnTimedOut")
+
+    def abort(self, txn, process="p1"):
+        return self.ok(self.invoke(process, "abort", txn=txn))
+
+    def read(self, session, values, topic="t", start="earliest", complete=False,
+             process="r"):
+        return self.ok(self.invoke(process, "read", topic=topic, session=session, start=start),
+                       values=values, complete=complete)
+
+    def receive(self, session, values, topic="in", sub="s", process="c"):
+        return self.ok(self.invoke(process, "receive", topic=topic, sub=sub, session=session),
+                       values=values)
+
+    def ack(self, value, txn=None, topic="in", sub="s", process="c"):
+        return self.ok(self.invoke(process, "ack", topic=topic, sub=sub, value=value, txn=txn))
+
+    def cursor(self, remaining, topic="in", sub="s"):
+        return self.ok(self.invoke("checker", "cursor", topic=topic, sub=sub),
+                       remaining=remaining)
+
+
+def kinds(h: History) -> list[str]:
+    return [a.kind for a in check(h)]
+
+
+def only(h: History, kind: str):
+    found = check(h)
+    assert [a.kind for a in found] == [kind], explain(found)
+    return found[0]
+
+
+# ---------------------------------------------------------------- correct histories
+def test_a_correct_history_with_every_kind_of_operation_passes():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.send("i2", topic="in", pos=P(1))
+    h.send("a", txn="T1", pos=P(0), key="k")
+    h.send("b", txn="T1", pos=P(0), topic="u")
+    h.send("c", txn="T2", pos=P(1), writer="w2")
+    h.receive("c1", [(P(0), "i1"), (P(1), "i2")])
+    h.ack("i1", txn="T1")
+    h.ack("i2", txn="T2")
+    h.read("early", [])  # pinned by the open T1: returns nothing yet
+    h.commit("T1")
+    h.abort("T2")
+    h.send("d", pos=P(2), key="k")
+    h.send("e", txn="T3", pos=P(3), writer="w3", key="k")
+    h.commit("T3", outcome=UNKNOWN)  # the committer died: either outcome is fine...
+    h.read("r1", [(P(0), "a"), (P(2), "d"), (P(3), "e")], complete=True)
+    h.read("r1u", [(P(0), "b")], topic="u", complete=True)
+    h.read("r2", [(P(2), "d")], start=P(0))
+    h.read("r2", [(P(3), "e")], start=P(0))  # ...as long as every reader agrees
+    h.receive("c2", [(P(1), "i2")])  # T2's ack was released: handed out again
+    h.cursor(["i2"])
+    assert check(h) == [], explain(check(h))
+
+
+def test_an_unknown_commit_is_accepted_as_aborted_when_everything_says_so():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.send("b", txn="T1", pos=P(0), topic="u")
+    h.commit("T1", outcome=UNKNOWN)
+    h.send("c", pos=P(1))
+    h.read("r", [(P(1), "c")], complete=True)
+    h.read("ru", [], topic="u", complete=True)
+    assert check(h) == []
+
+
+def test_a_losing_writer_skipped_and_its_winner_read_is_correct():
+    h = H()
+    h.send("a0", txn="B7", writer="task0-a0", pos=P(0))
+    h.send("a1", txn="B7", writer="task0-a1", pos=P(1))
+    h.commit("B7", winners=["task0-a1"])
+    h.read("r", [(P(1), "a1")], complete=True)
+    assert check(h) == []
+
+
+# ---------------------------------------------------------------- reads
+def test_aborted_read_G1a_is_flagged():
+    h = H()
+    s = h.send("a", txn="T1", pos=P(0))
+    c = h.commit("T1", outcome="fail")
+    r = h.read("r", [(P(0), "a")])
+    a = only(h, "aborted-read")
+    assert set(a.ops) == {s, c, r} and "T1" in a.message and "a" in a.message
+
+
+def test_aborted_read_after_a_sweep_is_flagged():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
+    h.commit("T1", outcome=UNKNOWN)
+    h.read("r", [(P(0), "a")])
+    assert kinds(h) == ["aborted-read"]
+
+
+def test_read_of_an_open_transaction_is_flagged_even_if_it_commits_later():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    r = h.read("r", [(P(0), "a")])
+    h.commit("T1")
+    a = only(h, "open-read")
+    assert r in a.ops and "before any commit" in a.message
+
+
+def test_read_of_a_losing_writer_is_flagged():
+    h = H()
+    h.send("a0", txn="B7", writer="task0-a0", pos=P(0))
+    h.send("a1", txn="B7", writer="task0-a1", pos=P(1))
+    h.commit("B7", winners=["task0-a1"])
+    h.read("r", [(P(0), "a0"), (P(1), "a1")])
+    assert "task0-a0" in only(h, "losing-writer-read").message
+
+
+def test_a_value_nobody_sent_is_flagged():
+    h = H()
+    h.read("r", [(P(0), "ghost")])
+    only(h, "phantom-read")
+
+
+def test_a_value_returned_twice_by_one_reader_is_flagged():
+    h = H()
+    h.send("a", pos=P(0))
+    h.read("r", [(P(0), "a")])
+    h.read("r", [(P(0), "a")])
+    only(h, "duplicate-read")
+
+
+def test_a_transaction_seen_by_one_reader_and_skipped_by_another_is_fractured():
+    """All or none, across segments: T1 wrote to t and u; its commit's outcome is
+    unknown, and one reader shows it committed while another read past it."""
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.send("b", txn="T1", pos=P(0), topic="u")
+    h.commit("T1", outcome=UNKNOWN)
+    h.send("c", pos=P(1), topic="u")
+    r1 = h.read("r1", [(P(0), "a")])
+    r2 = h.read("r2", [(P(1), "c")], topic="u")
+    a = only(h, "fractured-read")
+    assert r1 in a.ops and r2 in a.ops and "read past b" in a.message
+
+
+def test_a_committed_write_a_reader_read_past_is_lost():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.send("b", txn="T1", pos=P(1))
+    h.commit("T1")
+    h.read("r", [(P(1), "b")])
+    assert "read past a" in only(h, "lost-write").message
+
+
+def test_a_committed_write_the_final_reader_never_returned_is_lost():
+    h = H()
+    h.send("a", txn="T1", pos=P(0), topic="u")
+    h.send("b", txn="T1", pos=P(0))
+    h.commit("T1")
+    h.read("r", [(P(0), "b")], complete=True)
+    h.read("ru", [], topic="u", complete=True)
+    assert "to its end" in only(h, "lost-write").message
+
+
+def test_an_acknowledged_plain_write_the_final_reader_never_returned_is_lost():
+    h = H()
+    h.send("a", pos=P(0))
+    h.read("r", [], complete=True)
+    only(h, "lost-write")
+
+
+def test_an_unknown_plain_write_may_be_missing():
+    h = H()
+    h.send("a", pos=P(0), outcome=UNKNOWN)
+    h.read("r", [], complete=True)
+    assert check(h) == []
+
+
+def test_values_of_one_key_out_of_send_order_are_flagged():
+    h = H()
+    h.send("a", pos=P(1), key="k")
+    h.send("b", pos=P(0), key="k")
+    h.read("r", [(P(0), "b"), (P(1), "a")])
+    assert "key k" in only(h, "key-order").message
+
+
+def test_a_replayed_range_returning_other_values_is_flagged():
+    h = H()
+    h.send("a", pos=P(0))
+    h.send("b", txn="T1", pos=P(1))
+    h.commit("T1", outcome=UNKNOWN)
+    h.send("c", pos=P(2))
+    h.read("first", [(P(0), "a"), (P(1), "b"), (P(2), "c")])
+    h.read("replay", [(P(0), "a"), (P(2), "c")])
+    found = kinds(h)
+    assert "unstable-replay" in found and "fractured-read" in found
+
+
+def test_a_commit_and_an_abort_both_reported_is_flagged():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
+    h.commit("T1")
+    only(h, "contradictory-outcome")
+
+
+# ---------------------------------------------------------------- acks
+def test_a_message_acked_by_a_plain_ack_and_a_committed_txn_is_acked_twice():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.ack("i1", txn="T1")
+    h.ack("i1")  # a plain ack while T1 holds it (issue 26, hole 3)
+    h.commit("T1")
+    only(h, "double-ack")
+
+
+def test_two_committed_transactions_acking_one_message_are_flagged():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.ack("i1", txn="T1")
+    h.commit("T1")
+    h.ack("i1", txn="T2")
+    h.commit("T2")
+    only(h, "double-ack")
+
+
+def test_a_committed_ack_missing_from_the_cursor_is_lost():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.ack("i1", txn="T1")
+    h.commit("T1")
+    h.cursor(["i1"])
+    assert "still on in|s" in only(h, "lost-ack").message
+
+
+def test_an_ack_of_an_aborted_txn_on_the_cursor_is_flagged():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.ack("i1", txn="T1")
+    h.abort("T1")
+    h.cursor([])
+    only(h, "aborted-ack-applied")
+
+
+def test_an_unknown_commit_explained_by_the_cursor_passes_either_way():
+    for remaining in ([], ["i1"]):
+        h = H()
+        h.send("i1", topic="in", pos=P(0))
+        h.ack("i1", txn="T1")
+        h.commit("T1", outcome=UNKNOWN)
+        h.cursor(remaining)
+        assert check(h) == []
+
+
+def test_a_message_handed_out_after_its_ack_committed_is_flagged():
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.receive("c1", [(P(0), "i1")])
+    h.ack("i1", txn="T1")
+    h.commit("T1")
+    h.receive("c2", [(P(0), "i1")])
+    only(h, "redelivered-after-commit")
+
+
+# ---------------------------------------------------------------- Spark micro-batches
+def test_a_micro_batch_committed_twice_is_flagged():
+    h = H()
+    for t in ("B1a", "B1b"):
+        h.ok(h.invoke("driver", "batch", sink="q", batch_id=1, txn=t))
+        h.send(f"{t}-r0", txn=t, row="q#1/0", pos=P(0 if t == "B1a" else 1))
+        h.commit(t)
+    h.read("r", [(P(0), "B1a-r0"), (P(1), "B1b-r0")], complete=True)
+    assert kinds(h) == ["batch-twice", "batch-twice"]
+
+
+def test_a_replayed_micro_batch_whose_second_attempt_aborted_passes():
+    h = H()
+    h.ok(h.invoke("driver", "batch", sink="q", batch_id=1, txn="B1a"))
+    h.send("x", txn="B1a", row="q#1/0", pos=P(0))
+    h.commit("B1a")
+    h.ok(h.invoke("driver", "batch", sink="q", batch_id=1, txn="B1b"))
+    h.send("y", txn="B1b", row="q#1/0", pos=P(1))
+    h.abort("B1b")
+    h.read("r", [(P(0), "x")], complete=True)
+    assert check(h) == []
+
+
+@pytest.mark.parametrize("twice", ["send"])
+def test_a_value_sent_twice_is_a_workload_bug(twice):
+    h = H()
+    h.send("a", pos=P(0))
+    h.send("a", pos=P(1))
+    with pytest.raises(ValueError, match="unique"):
+        check(h)

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.records import BEFORE_EARLIEST, OpenWrite, Position, TxnEvent, TxnId
+from pulsar_txn.records import (
+    BEFORE_EARLIEST,
+    OpenWrite,
+    Position,
+    TxnEvent,
+    TxnId,
+    in_id_space,
+)
 from pulsar_txn.state import TxnState
 
 
@@ -144,6 +151,16 @@ class TransactionBuffer:
         return out
 
     def _load(self, txn_ids: list[TxnId]) -> None:
+        # an id the store can never have handed out (an entry's property is anyone's to
+        # write, e.g. a partition >= P): no transaction, never delivered, store not asked
+        parts = self.store.partitions
+        if not all(in_id_space(t, parts) for t in txn_ids):
+            for t in txn_ids:
+                if not in_id_space(t, parts):
+                    self._remember(t, _UNKNOWN)
+            txn_ids = [t for t in txn_ids if in_id_space(t, parts)]
+            if not txn_ids:
+                return
         headers = self.store.get_headers(txn_ids)
         missing = [t for t, h in headers.items() if h is None]
         collected = self.store.collected(missing) if missing else set()

@@ -72,7 +72,7 @@ def entry_txn(props: dict, deployment: str) -> tuple[str | None, str]:
         if len(parts) != 3 or PROP_WRITER in props or PROP_DEPLOYMENT in props:
             return FOREIGN + tag, ""  # malformed, or a mix of both forms: trust neither
         t, writer, dep = parts
-        if not _WRITER_ID.match(writer):
+        if not _WRITER_ID.fullmatch(writer):
             return FOREIGN + tag, ""  # no writer: forged or corrupt, never a winner
         return (t if dep == deployment else FOREIGN + t), writer
     # the three-property form; its oldest entries carry no deployment: this one's
@@ -99,8 +99,19 @@ def entry_txn_cached(props: dict, deployment: str,
     return tw
 
 
-_TXN_ID = re.compile(r"^v5:(\d{1,4}):(\d{1,19})$")
-_WRITER_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# Canonical text only (ASCII digits, no sign, no leading zero, nothing after): an entry's
+# property is written by anyone, and an alias of a real id ("v5:01:7", "v5:1:7\n", other
+# scripts' digits) must not be classified as that id. Used with fullmatch.
+_TXN_ID = re.compile(r"v5:(0|[1-9][0-9]{0,4}):(0|[1-9][0-9]{0,18})")
+_WRITER_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
+MAX_SEQ = 2**63 - 1  # Redis' INCR stops here: no store hands out a larger sequence
+
+
+def in_id_space(txn_id: TxnId, partitions: int) -> bool:
+    """Whether a store of ``partitions`` partitions can have handed out this id (sequences
+    start at 1). Any other id, which a plain producer can still write in an entry's
+    property, names no transaction of the store: its entries are never delivered."""
+    return 0 <= txn_id.partition < partitions and 1 <= txn_id.seq <= MAX_SEQ
 
 
 @dataclass(frozen=True, order=True)
@@ -177,8 +188,8 @@ class TxnId:
 
     @classmethod
     def parse(cls, s: str) -> TxnId:
-        m = _TXN_ID.match(s) if isinstance(s, str) else None
-        if not m:
+        m = _TXN_ID.fullmatch(s) if isinstance(s, str) else None
+        if not m or int(m.group(2)) > MAX_SEQ:
             raise InvalidTxnId(
                 f"{s!r} is not a pulsar-txn v5 transaction id (expected 'v5:<partition>:<seq>'); "
                 "v4 (TxnID mostBits/leastBits) transactions are not accepted on this path"
@@ -213,7 +224,7 @@ class SinkBatch:
 
 
 def check_writer_id(writer: str) -> str:
-    if not isinstance(writer, str) or not _WRITER_ID.match(writer):
+    if not isinstance(writer, str) or not _WRITER_ID.fullmatch(writer):
         raise ConfigError(f"writer id {writer!r} (option 'writer_id') must match "
                           f"{_WRITER_ID.pattern}")
     return writer

@@ -18,7 +18,7 @@ event stream, one slot per topic ``{<ns>:st:<topic>}``, so a split or merge
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -85,6 +85,9 @@ class Keys:
 
     # ---- partition slot ``{ns:p}`` ----
     def tag(self, p: int) -> str:
+        if not 0 <= p < self.partitions:  # never another partition's keys (a tuple's [-1])
+            raise ValueError(f"partition {p} is not one of namespace {self.ns!r}'s "
+                             f"0..{self.partitions - 1}")
         if self._tags is not None:
             return self._tags[p]
         return f"{{{self.ns}:{p}}}"
@@ -155,6 +158,12 @@ class Keys:
     def owners(self, p: int) -> str:
         """Hash owner → txn seq, so a Spark sink finds the txn of (sink id, batchId)."""
         return f"{self.tag(p)}:own"
+
+    def wire(self, p: int) -> str:
+        """The wire format (records.WIRE_*) registrations of partition ``p`` append in,
+        set by an operator's switch (``ns:config``'s ``wire`` until one runs): read by
+        register_write.lua, so a switch reaches every writer at its next registration."""
+        return f"{self.tag(p)}:wire"
 
     def sink(self, p: int, sink_id: str) -> str:
         """A Spark sink's progress: ``batch``, ``txn``, ``qid`` (the query it belongs to).
@@ -321,6 +330,48 @@ class Claims:
             else:
                 live[k] = v
         return cls(live, tombstones, cum, tomb, table.get(TRIMMED))
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """Some messages' rows of a claim table (``claims_of``): what a consumer must know
+    before it hands a received message out or acks it without a transaction."""
+
+    values: Mapping[str, str | None]    # ack key -> its field (None: no claim)
+    cumulative: tuple[str, str] | None  # (holder, ack key): the live cumulative claim
+    committed: tuple[str, str] | None   # (holder, ack key): highest committed cumulative
+    trimmed: str | None                 # tombstones at or below were dropped (on the cursor)
+
+    @classmethod
+    def decode(cls, keys: Sequence[str], row: Sequence[str | None]) -> ClaimView:
+        """``row``: the HMGET of ``keys`` followed by CUM, TOMB, TRIMMED."""
+        n = len(keys)
+        cum, tomb = row[n], row[n + 1]
+        return cls(dict(zip(keys, row[:n])),
+                   _holder_and_key(cum) if cum else None,
+                   _holder_and_key(tomb) if tomb else None, row[n + 2] or None)
+
+    def of(self, key: str) -> tuple[str, str]:
+        """("committed", holder): consumed under a committed txn (holder '' once the
+        cursor passed it); ("held", holder): claimed by a txn that may end either way;
+        ("free", "")."""
+        if self.trimmed and key <= self.trimmed:
+            return "committed", ""
+        if self.committed and key <= self.committed[1]:
+            return "committed", self.committed[0]
+        v = self.values.get(key)
+        if v:
+            if v.startswith(TOMBSTONE):
+                return "committed", v[len(TOMBSTONE):]
+            return "held", v
+        if self.cumulative and key <= self.cumulative[1]:
+            return "held", self.cumulative[0]
+        return "free", ""
+
+
+def claim_view_fields(keys: Sequence[str]) -> list[str]:
+    """The fields ``ClaimView.decode`` reads, in its order."""
+    return [*keys, CUM, TOMB, TRIMMED]
 
 
 def _holder_and_key(value: str) -> tuple[str, str]:

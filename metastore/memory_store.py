@@ -30,6 +30,8 @@ from urllib.parse import parse_qs, urlparse
 
 from pulsar_txn.errors import (
     ConfigError,
+    DeploymentChanged,
+    NamespaceNotFound,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
@@ -48,11 +50,12 @@ from pulsar_txn.records import (
     TxnId,
     WriteRecord,
     check_wire_format,
+    in_id_space,
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized
+from .base import Collected, Materialized, deployment_changed, missing_namespace
 from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
@@ -67,6 +70,13 @@ _NAMED: dict[tuple[str, str], Server] = {}
 _NAMED_LOCK = threading.Lock()
 
 
+def reset_named(name: str, namespace: str = "ptxn") -> None:
+    """Forget a named state: the next store opened with that name and namespace
+    starts a new deployment (tests model an operator's metastore reset with it)."""
+    with _NAMED_LOCK:
+        _NAMED.pop((name, namespace), None)
+
+
 class MemoryMetadataStore(AckTables, Layouts):
     """Transaction metadata in this process: headers, records, indexes, events.
 
@@ -77,13 +87,19 @@ class MemoryMetadataStore(AckTables, Layouts):
 
     def __init__(self, name: str | None = None, namespace: str = "ptxn",
                  partitions: int | None = None, clock: Callable[[], int] | None = None,
-                 wire_format: int = WIRE_ONE) -> None:
+                 wire_format: int = WIRE_ONE, create: bool = True) -> None:
+        """``create`` False: a reader's open of a named state, which never creates the
+        namespace (as RedisMetadataStore); a private state is always new."""
         Keys(namespace, 1)  # the same namespace rule as Redis
         if name is None:
             server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
         else:
             with _NAMED_LOCK:
                 server = _NAMED.get((name, namespace))
+                if server is None and not create:
+                    there = sorted(ns for n, ns in _NAMED if n == name)
+                    raise NamespaceNotFound(missing_namespace(namespace, f"memory://{name}",
+                                                              there))
                 if server is None:
                     server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
                     _NAMED[(name, namespace)] = server
@@ -105,8 +121,8 @@ class MemoryMetadataStore(AckTables, Layouts):
         self._watches: list = []
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "ptxn",
-                 partitions: int | None = None) -> MemoryMetadataStore:
+    def from_url(cls, url: str, namespace: str = "ptxn", partitions: int | None = None,
+                 create: bool = True) -> MemoryMetadataStore:
         """``memory://`` (a private state) or ``memory://<name>`` (shared in the
         process); ``?namespace=`` as for Redis URLs."""
         parsed = urlparse(url)
@@ -114,7 +130,17 @@ class MemoryMetadataStore(AckTables, Layouts):
             raise ConfigError(f"metastore.url {url!r}: not a memory:// URL")
         namespace = parse_qs(parsed.query).get("namespace", [namespace])[0]
         name = (parsed.netloc + parsed.path).strip("/") or None
-        return cls(name, namespace=namespace, partitions=partitions)
+        return cls(name, namespace=namespace, partitions=partitions, create=create)
+
+    def check_deployment(self) -> None:
+        """A named state is the same deployment while the process holds it under its
+        name (``reset_named`` replaces it, as an operator's wipe of Redis would)."""
+        name = self.url[len("memory://"):]
+        with _NAMED_LOCK:
+            current = _NAMED.get((name, self.keys.ns), self._s)
+        if current is not self._s:
+            raise DeploymentChanged(deployment_changed(self.keys.ns, self.url, self.deployment,
+                                                       current.deployment))
 
     def still_current(self) -> bool:
         """The state lives as long as the process, so only this client's close ends it
@@ -181,6 +207,8 @@ class MemoryMetadataStore(AckTables, Layouts):
             return txn.header(txn_id)
 
     def get_header(self, txn_id: TxnId) -> TxnHeader | None:
+        if not in_id_space(txn_id, self.partitions):
+            return None  # no transaction of this store (e.g. an entry's forged id)
         with self._s.lock:
             txn = self._s.part(txn_id.partition).txns.get(txn_id.seq)
             return txn.header(txn_id) if txn is not None else None
@@ -326,6 +354,8 @@ class MemoryMetadataStore(AckTables, Layouts):
         out = set()
         with self._s.lock:
             for t in txn_ids:
+                if not in_id_space(t, self.partitions):
+                    continue
                 part = self._s.part(t.partition)
                 if t.seq in part.collected or t.seq <= part.watermark:
                     out.add(t)
@@ -436,8 +466,8 @@ class MemoryMetadataStore(AckTables, Layouts):
     def aborted_writers(self, segment: str, pairs: Iterable[tuple[TxnId, str]]
                         ) -> set[tuple[TxnId, str]]:
         with self._s.lock:
-            return {(t, w) for t, w in pairs
-                    if (t.seq, w) in self._s.part(t.partition).aborted.get(segment, ())}
+            return {(t, w) for t, w in pairs if in_id_space(t, self.partitions)
+                    and (t.seq, w) in self._s.part(t.partition).aborted.get(segment, ())}
 
     # ---- Spark sink progress ----
     def bind_sink(self, sink_id: str, query_id: str, rebind: bool = False) -> int:

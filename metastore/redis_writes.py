@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import redis
 
-from pulsar_txn.records import OpenWrite, Position, TxnId, WriteRecord
+from pulsar_txn.records import OpenWrite, Position, TxnId, WriteRecord, in_id_space
 
 from .keys import (
     PENDING_WRITES,
@@ -142,7 +142,7 @@ class RedisWrites:
     @translate
     def aborted_writers(self, segment: str, pairs: Iterable[tuple[TxnId, str]]
                         ) -> set[tuple[TxnId, str]]:
-        pairs = list(pairs)
+        pairs = [(t, w) for t, w in pairs if in_id_space(t, self.partitions)]
         pipe = self.r.pipeline(transaction=False)
         for t, w in pairs:
             pipe.sismember(self.keys.aborted_writers(t.partition, segment), writer_member(t.seq, w))

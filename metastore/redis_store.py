@@ -46,6 +46,7 @@ from pulsar_txn.records import (
     TxnHeader,
     TxnId,
     check_wire_format,
+    in_id_space,
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
@@ -219,15 +220,17 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
 
     @translate
     def get_header(self, txn_id: TxnId) -> TxnHeader | None:
-        h = self.r.hgetall(self.keys.header(txn_id.partition, txn_id.seq))
-        return header_from(txn_id, h) if h else None
+        return self.get_headers([txn_id])[txn_id]
 
     @translate
     def get_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
+        out: dict[TxnId, TxnHeader | None] = dict.fromkeys(txn_ids)  # forged ids: None
+        ids = [t for t in out if in_id_space(t, self.partitions)]
         pipe = self.r.pipeline(transaction=False)
-        for t in txn_ids:
+        for t in ids:
             pipe.hgetall(self.keys.header(t.partition, t.seq))
-        return {t: (header_from(t, h) if h else None) for t, h in zip(txn_ids, pipe.execute())}
+        out.update((t, header_from(t, h) if h else None) for t, h in zip(ids, pipe.execute()))
+        return out
 
     @translate
     def find_owner(self, owner: str) -> TxnId | None:
@@ -348,6 +351,7 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         below the watermark and outside every gap of possibly lost ids. A missing header
         of any other id is unknown: lost with a rollback of the store, or foreign."""
         k = self.keys
+        txn_ids = [t for t in txn_ids if in_id_space(t, self.partitions)]
         pipe = self.r.pipeline(transaction=False)
         for t in txn_ids:
             p = t.partition

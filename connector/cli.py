@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     switch.add_argument("--downgrade", action="store_true",
                         help="back to the three-property form, for a reader of an earlier "
                         "build that has to run again")
+    wf.add_argument("--wait-s", type=float, default=120.0, metavar="SECONDS",
+                    help="how long a switch waits for the open transactions whose writers "
+                    "registered the other form (it reports success only once none is "
+                    "left; default 120)")
     mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
     ms = mt.add_subparsers(dest="metrics_cmd", required=True)
     serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
@@ -109,6 +113,37 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--addr", default="0.0.0.0", help="address to listen on")
     _topic_parser(sub, common)
     return ap
+
+
+def _wire_format(store, coord: TransactionCoordinator, args) -> int:
+    """Show or switch the form of the namespace's transactional appends. A switch
+    reaches every writer at its next write registration (read in the registration's
+    script); a run registered before it may still append the other form until its
+    transaction ends, so the switch reports success only once no open transaction has
+    such a run, and fails (exit 1, naming them) if some are left after ``--wait-s``."""
+    switching = args.upgrade or args.downgrade
+    if switching:
+        store.set_wire_format(WIRE_ONE if args.upgrade else WIRE_THREE)
+    target = store.wire_format
+    deadline = time.monotonic() + args.wait_s
+    left = store.txns_writing_other_form(target)
+    while switching and left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        coord.sweep_timeouts()  # an expired one ends now, not at a sweeper's next pass
+        left = store.txns_writing_other_form(target)
+    _print([{"namespace": args.namespace, "wire_format": WIRE_NAMES[target],
+             "open_with_other_form": [str(t) for t in left]}], args.json)
+    if switching and left:
+        other = WIRE_NAMES[WIRE_THREE if target == WIRE_ONE else WIRE_ONE]
+        print(f"error: namespace {args.namespace!r} now appends the {WIRE_NAMES[target]} "
+              f"form from every new write registration on, but {len(left)} open "
+              f"transaction(s) registered {other} writes before the switch and may still "
+              f"append them: {', '.join(map(str, left[:20]))}. Not switched yet: run this "
+              "command again once they end (commit, abort or their timeout), or end them "
+              "with `pulsar-txn abort <id>`; it succeeds only when none is left",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             row["sink"], row["batch"] = sink, args.batch_id
             _print([row], args.json)
         elif args.cmd == "wire-format":
-            if args.upgrade or args.downgrade:
-                store.set_wire_format(WIRE_ONE if args.upgrade else WIRE_THREE)
-            _print([{"namespace": args.namespace,
-                     "wire_format": WIRE_NAMES[store.wire_format]}], args.json)
+            return _wire_format(store, coord, args)
         elif args.cmd == "sweep":
             t0 = time.monotonic()
             done = coord.sweep_all(args.retention_ms)

@@ -61,9 +61,11 @@ class WriterRun:
         # Held by every send while the run has no first position: appends are then one
         # at a time, so the first position recorded is the lowest the run appended.
         self._first_lock = threading.Lock()
-        # first: a writer id the property cannot carry is refused before registering
-        self._txn_props = txn_properties(txn_id, writer, store.deployment,
-                                         store.wire_format)
+        # first: a writer id the property cannot carry is refused before registering.
+        # The form is the one the registration answers (the namespace's at that moment,
+        # read atomically with it): a switch reaches a running writer at its next run.
+        self._wire = store.wire_format
+        self._txn_props = txn_properties(txn_id, writer, store.deployment, self._wire)
         # A scalable topic's segment: checked ACTIVE after registering (the seal fence),
         # and a TopicTerminated append is re-routed by the producer, not an error here.
         self._fence = fence
@@ -84,7 +86,11 @@ class WriterRun:
             with self._lock:
                 if not self._registered:
                     try:
-                        self.store.register_write(self.txn_id, self.segment, self.writer)
+                        wire = self.store.register_write(self.txn_id, self.segment, self.writer)
+                        if wire != self._wire:  # an operator switched the namespace's form
+                            self._wire = wire
+                            self._txn_props = txn_properties(self.txn_id, self.writer,
+                                                             self.store.deployment, wire)
                         if self._fence is not None:
                             try:
                                 self._fence()

@@ -89,6 +89,7 @@ class MetadataStore(Protocol):
 
     def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
     def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it
+    def txns_writing_other_form(self, wire: int) -> list[TxnId]: ...  # may append the other
 
     # ---- transactions (coordinator) ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId: ...
@@ -113,7 +114,7 @@ class MetadataStore(Protocol):
     def server_time_ms(self) -> int: ...
 
     # ---- writes (transaction buffer) ----
-    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> None: ...
+    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> int: ...  # wire
     def record_write(self, txn_id: TxnId, segment: str, writer: str,
                      first: Position | None, last: Position | None) -> None: ...
     def list_writes(self, txn_id: TxnId) -> tuple[list[WriteRecord], int]: ...

@@ -50,6 +50,7 @@ class Txn:
         self.materialized = False
         self.write_version = 0  # registrations so far (list_writes' count)
         self.open_acks = 0  # ack records not marked applied
+        self.wire_forms: set[int] = set()  # the forms its runs registered in
         self.writes: dict[tuple[str, str], list[str]] = {}  # (segment, writer) -> [first, last]
         self.acks: dict[tuple[str, str], dict] = {}  # (segment, subscription) -> record
 

@@ -154,6 +154,13 @@ class MemoryMetadataStore(AckTables, Layouts):
             self._s.wire_format = wire
         self.wire_format = wire
 
+    def txns_writing_other_form(self, wire: int) -> list[TxnId]:
+        """See RedisMetadataStore.txns_writing_other_form."""
+        with self._s.lock:
+            return [TxnId(p, seq) for p in range(self.partitions)
+                    for seq, txn in sorted(self._s.part(p).txns.items())
+                    if txn.state is TxnState.OPEN and txn.wire_forms - {wire}]
+
     def close(self) -> None:
         """Stops the watches this client started: nothing else holds their threads."""
         self._closed = True
@@ -390,16 +397,20 @@ class MemoryMetadataStore(AckTables, Layouts):
                     "sinks": sinks, "now_ms": self._s.now()}
 
     # ---- writes ----
-    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> None:
-        """register_write.lua: the H1/H3 fence, before the first append."""
+    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> int:
+        """register_write.lua: the H1/H3 fence, before the first append; the wire
+        format the run's appends carry."""
         with self._s.lock:
             part = self._s.part(txn_id.partition)
             txn = self._s.open_txn(txn_id, check_deadline=True)
+            wire = self._s.wire_format
+            txn.wire_forms.add(wire)
             if (segment, writer) in txn.writes:
-                return
+                return wire
             txn.writes[(segment, writer)] = ["", ""]
             txn.write_version += 1
             part.open_writes.setdefault(segment, {})[(txn_id.seq, writer)] = ""
+            return wire
 
     def record_write(self, txn_id: TxnId, segment: str, writer: str,
                      first: Position | None, last: Position | None) -> None:

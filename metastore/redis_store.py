@@ -38,6 +38,7 @@ from pulsar_txn.errors import (
     TxnNotFound,
 )
 from pulsar_txn.records import (
+    WIRE_NAMES,
     WIRE_ONE,
     WIRE_THREE,
     Position,
@@ -151,11 +152,30 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
     def set_wire_format(self, wire: int) -> None:
         """Switch the form of the namespace's appends: WIRE_ONE once every process
         that reads it is of a build that reads that form, WIRE_THREE back if one of an
-        earlier build must run again. Other clients see ``still_current()`` turn false
-        and reopen."""
+        earlier build must run again. Each partition's switch is one write that its
+        registrations read in their script, so every writer (running or not) appends
+        the new form from its next registration on; runs registered before may still
+        append the other form until their transaction ends (txns_writing_other_form).
+        Kept stores see ``still_current()`` turn false and reopen."""
         wire = check_wire_format(wire, self.keys.ns)
+        pipe = self.r.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.set(self.keys.wire(p), wire)
+        pipe.execute()
         self.r.hset(Keys(self.keys.ns, 1).config(), "wire", wire)
         self.wire_format = wire
+
+    @translate
+    def txns_writing_other_form(self, wire: int) -> list[TxnId]:
+        """OPEN transactions with a run registered in a wire format other than ``wire``
+        (register_write.lua marks the header): their writers may still append it."""
+        ids = [t for t, _ in self.open_txns()]
+        pipe = self.r.pipeline(transaction=False)
+        for t in ids:
+            pipe.hmget(self.keys.header(t.partition, t.seq), "st", *(f"wf{w}" for w in WIRE_NAMES))
+        return [t for t, (st, *forms) in zip(ids, pipe.execute())
+                if st == TxnState.OPEN.value
+                and any(f for f, w in zip(forms, WIRE_NAMES) if w != wire)]
 
     def close(self) -> None:
         if self.pool is None:

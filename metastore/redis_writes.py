@@ -12,7 +12,14 @@ from collections.abc import Iterable
 
 import redis
 
-from pulsar_txn.records import OpenWrite, Position, TxnId, WriteRecord, in_id_space
+from pulsar_txn.records import (
+    OpenWrite,
+    Position,
+    TxnId,
+    WriteRecord,
+    check_wire_format,
+    in_id_space,
+)
 
 from .keys import (
     PENDING_WRITES,
@@ -37,15 +44,18 @@ class RedisWrites:
     scripts: Scripts
     partitions: int
     event_maxlen: int
+    wire_format: int
 
     @translate
-    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> None:
+    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> int:
+        """The wire format the run's appends carry (register_write.lua)."""
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         res = self.scripts.register_write(
-            keys=[k.header(p, seq), k.writes(p, seq), k.open_writes(p, segment)],
-            args=[seq, segment, writer])
+            keys=[k.header(p, seq), k.writes(p, seq), k.open_writes(p, segment), k.wire(p)],
+            args=[seq, segment, writer, self.wire_format])
         if res[0] not in ("OK", "DUP"):
             raise_txn_status(txn_id, res)
+        return check_wire_format(res[-1], k.ns)
 
     @translate
     def record_write(self, txn_id: TxnId, segment: str, writer: str,

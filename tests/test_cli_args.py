@@ -81,3 +81,30 @@ def test_wire_format_shows_and_upgrades_an_earlier_namespace(capsys):
     assert cli.main(["wire-format", "--downgrade", "--metastore", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["wire_format"] == "three-property"
     assert MemoryMetadataStore(name).wire_format == WIRE_THREE
+
+
+def test_a_wire_format_switch_fails_while_a_run_of_the_other_form_is_open(capsys):
+    """Hole 6: a run registered before the switch may still append the other form, so
+    the switch reports success only once its transaction ended, and names it until then."""
+    import uuid
+
+    from pulsar_txn.coordinator import TransactionCoordinator
+    from pulsar_txn.metastore import MemoryMetadataStore
+    from pulsar_txn.records import WIRE_THREE
+
+    name = f"cli-wire-{uuid.uuid4().hex[:8]}"
+    store = MemoryMetadataStore(name)  # one-property
+    coord = TransactionCoordinator(store)
+    running = coord.new_transaction().txn_id
+    store.register_write(running, "seg", "w")
+    argv = ["--metastore", f"memory://{name}", "wire-format", "--downgrade", "--json",
+            "--wait-s", "0.3"]
+    assert cli.main(argv) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)[0]["open_with_other_form"] == [str(running)]
+    assert str(running) in out.err and "one-property" in out.err
+    assert store.register_write(coord.new_transaction().txn_id, "seg", "w") == WIRE_THREE
+    coord.commit(running)
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[0] == {
+        "namespace": "ptxn", "wire_format": "three-property", "open_with_other_form": []}

@@ -205,24 +205,40 @@ def test_a_new_namespace_writes_the_one_property_form(backend):
     assert backend.store.wire_format == WIRE_ONE == backend.client().wire_format
 
 
-def test_an_earlier_namespace_keeps_the_three_property_form_until_upgraded(backend):
-    """Readers of an earlier build never deliver the one-property form: a namespace
-    they may read switches only when an operator says every reader is upgraded, and
-    clients that keep a store between jobs see the switch (still_current)."""
+def test_a_wire_format_switch_reaches_every_clients_next_registration(backend):
+    """Readers of an earlier build never deliver the one-property form, so a switch
+    must reach running writers, not only stores opened after it: a registration answers
+    the form its run appends in, read with the switch atomically, whenever the client
+    opened; the transactions whose runs registered the other form before are listed
+    until they end (the command waits for them: integration_tests/test_wire_format.py);
+    kept stores see the switch (still_current)."""
     open_earlier = backend.earlier()
     a, b = open_earlier(), open_earlier()
     try:
         assert a.wire_format == b.wire_format == WIRE_THREE
+        before = new_txn(b)
+        assert b.register_write(before, "seg", "w1") == WIRE_THREE
+        assert a.txns_writing_other_form(WIRE_THREE) == []
         a.set_wire_format(WIRE_ONE)
-        assert a.wire_format == WIRE_ONE
-        assert not b.still_current()
+        assert a.wire_format == WIRE_ONE and not b.still_current()
+        after = new_txn(b)  # b opened before the switch
+        assert b.register_write(after, "seg", "w2") == WIRE_ONE
+        assert b.register_write(before, "seg", "w3") == WIRE_ONE  # a new run of an old txn
+        assert b.register_write(before, "seg", "w1") == WIRE_ONE  # a repeated registration
+        assert a.txns_writing_other_form(WIRE_ONE) == [before]
+        b.end_txn(before, COMMITTED, [])
+        assert a.txns_writing_other_form(WIRE_ONE) == []
         c = open_earlier()
         assert c.wire_format == WIRE_ONE and c.still_current()
         c.set_wire_format(WIRE_ONE)  # once upgraded, again is a no-op
         assert c.wire_format == WIRE_ONE
-        # back, if a reader of an earlier build has to run again: kept stores follow
+        # back, if a reader of an earlier build has to run again: running writers follow
         c.set_wire_format(WIRE_THREE)
         assert not a.still_current() and open_earlier().wire_format == WIRE_THREE
+        assert a.txns_writing_other_form(WIRE_THREE) == [after]
+        assert b.register_write(new_txn(b), "seg", "w4") == WIRE_THREE
+        b.end_txn(after, ABORTED, [])
+        assert c.txns_writing_other_form(WIRE_THREE) == []
         with pytest.raises(ConfigError, match="wire"):
             c.set_wire_format(3)
         c.close()

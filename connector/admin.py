@@ -130,5 +130,5 @@ def check_admin_url(url: str | None, option: str = "admin.url") -> str | None:
     if url in (None, ""):
         return None
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{option} {url!r} must start with http:// or https://")
+        raise ConfigError(f"{option} {redact_url(url)!r} must start with http:// or https://")
     return url.rstrip("/")

@@ -123,8 +123,9 @@ def authentication(plugin: str | None, params: str | None):
             raise ConfigError(f"option '{PARAMS_OPTION}': OAuth2 needs its JSON parameters "
                               "(type, issuerUrl, privateKey, audience)")
         return pulsar.AuthenticationOauth2(params)
-    raise ConfigError(f"option '{PLUGIN_OPTION}' is {plugin!r}; supported: token, tls, "
-                      "oauth2 or their Java class names")
+    # the value is not shown: swapped with authParams, it would be the secret
+    raise ConfigError(f"option '{PLUGIN_OPTION}' names an unsupported plugin; supported: "
+                      "token, tls, oauth2 or their Java class names")
 
 
 def bearer_token(plugin: str | None, params: str | None) -> str | None:

@@ -27,17 +27,29 @@ SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 RETRIED = (redis.ConnectionError, redis.TimeoutError)
 
 
+# query parameters whose values are hidden (passwords, tokens, pulsar's authParams)
+_SECRET_QUERY = ("pass", "secret", "token", "auth", "key", "credential", "sig")
+NOT_A_URL = "<not a URL: hidden, it may be a secret>"
+
+
 def redact_url(url: str) -> str:
-    """The URL as it may appear in messages and logs: no password (userinfo or query).
+    """The one form in which a URL or URL option (``service.url``, ``metastore.url``,
+    ``admin.url``, any address) appears in messages and logs: no password, token or
+    ``authParams`` value, in userinfo or query.
 
     Userinfo without a colon (``redis://TOKEN@host``) is hidden whole: redis-py takes it
-    for a user name, but that form is how a bare access token is written."""
+    for a user name, but that form is how a bare access token is written. A value that
+    is no URL at all (no ``://``: e.g. ``token:<jwt>``, the auth parameters given in the
+    wrong option) is hidden whole: nothing tells its secret part apart."""
+    url = str(url)
     p = urlparse(url)
     if "@" in url and "@" not in p.netloc:
         # no userinfo found (no "//", or a "/", "?" or "#" in the password): hide all
         # before the last "@", whatever it holds
         scheme = f"{p.scheme}://" if "://" in url else ""
         return f"{scheme}***@{url.rpartition('@')[2]}"
+    if "://" not in url:
+        return NOT_A_URL
     netloc = p.netloc
     userinfo, at, hosts = netloc.rpartition("@")
     if at:
@@ -45,9 +57,10 @@ def redact_url(url: str) -> str:
         netloc = f"{user}:***@{hosts}" if colon else f"***@{hosts}"
     query = parse_qs(p.query, keep_blank_values=True)
     for k in query:
-        if "pass" in k.lower() or "secret" in k.lower() or "token" in k.lower():
+        if any(word in k.lower() for word in _SECRET_QUERY):
             query[k] = ["***"]
-    return urlunparse(p._replace(netloc=netloc, query=urlencode(query, doseq=True)))
+    return urlunparse(p._replace(netloc=netloc, query=urlencode(query, doseq=True),
+                                 fragment=""))
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
     service = _required(opts, "service.url")
     if not service.startswith(("pulsar://", "pulsar+ssl://")):
         raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
-                          f"got {service!r}")
+                          f"got {redact_url(service)!r}")
     metastore = _required(opts, "metastore.url")
     if not metastore.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
                                  "rediss+cluster://")):
@@ -210,7 +210,7 @@ def _lower(options) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    service_url: str
+    service_url: str = field(repr=False)  # may hold a token (?token=): never shown
     metastore_url: str = field(repr=False)  # may hold a password: never shown
     namespace: str = "ptxn"
     topic: str | None = None
@@ -304,7 +304,7 @@ def _duration_ms(opts: dict[str, str], key: str) -> int | None:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    service_url: str
+    service_url: str = field(repr=False)  # may hold a token (?token=): never shown
     metastore_url: str = field(repr=False)  # may hold a password: never shown
     namespace: str
     topics: tuple[str, ...]
@@ -324,7 +324,7 @@ class SourceOptions:
     max_bytes: int | None = None
     pattern: str | None = None  # topicsPattern: re-resolved at every trigger
     subscription: str | None = None
-    admin_url: str | None = None
+    admin_url: str | None = field(default=None, repr=False)  # may hold credentials
     retention_ms: int = 3_600_000  # transaction.retention.ms: the driver's GC
 
     @classmethod

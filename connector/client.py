@@ -26,6 +26,7 @@ from pulsar_txn.connection import naming, quiet_logger
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore import open_store
+from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Consumer, Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
@@ -55,8 +56,8 @@ class PulsarTxnClient:
         ``tls_*`` settings in ``pulsar_kwargs``. ``admin_auth``: all of it
         explicitly (e.g. a TLS client certificate for the admin API)."""
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
-                              "pulsar+ssl://")
+            raise ConfigError(f"service.url {redact_url(service_url)!r} must start with "
+                              "pulsar:// or pulsar+ssl://")
         self.store = open_store(metastore_url, namespace=namespace, partitions=partitions)
         self.coordinator = TransactionCoordinator(self.store)
         self.buffer = TransactionBuffer(self.store)

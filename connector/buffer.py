@@ -164,6 +164,10 @@ class TransactionBuffer:
         headers = self.store.get_headers(txn_ids)
         missing = [t for t, h in headers.items() if h is None]
         collected = self.store.collected(missing) if missing else set()
+        if len(collected) < len(missing):
+            # never delivered, so a consumer acks it away: first make sure the headers
+            # are not missing because the metastore was reset under this process
+            self.store.check_deployment()
         for t, h in headers.items():
             if h is None:
                 # fail closed: only a recorded collection means "committed unless listed

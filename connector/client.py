@@ -15,7 +15,10 @@ pulsar client, the topic admin). Nothing else in the package depends on it.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pulsar
 
@@ -24,9 +27,9 @@ from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.buffer import TransactionBuffer
 from pulsar_txn.connection import naming, quiet_logger
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
-from pulsar_txn.errors import ConfigError
+from pulsar_txn.errors import ConfigError, NamespaceNotFound
 from pulsar_txn.metastore import open_store
-from pulsar_txn.metastore.redis_url import redact_url
+from pulsar_txn.metastore.base import MetadataStore, Watch
 from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Consumer, Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
@@ -42,6 +45,25 @@ __all__ = ["PulsarTxnClient", "Transaction", "Producer", "Reader", "Consumer", "
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Roles:
+    """The metastore and the roles over it, opened together once."""
+    store: MetadataStore
+    coordinator: TransactionCoordinator
+    buffer: TransactionBuffer
+    watch: Watch
+    read_side: ReadSide | None = None
+
+    @classmethod
+    def start(cls, store: MetadataStore, sweeper: bool, sweep_interval_s: float,
+              retention_ms: int, on_event: Callable[[TxnEvent], None]) -> _Roles:
+        coordinator = TransactionCoordinator(store)
+        roles = cls(store, coordinator, TransactionBuffer(store), store.watch(on_event))
+        if sweeper:
+            coordinator.start_sweeper(sweep_interval_s, retention_ms)
+        return roles
+
+
 class PulsarTxnClient:
     """Entry point: a Pulsar client plus the v5 transaction roles over one metastore."""
 
@@ -50,17 +72,38 @@ class PulsarTxnClient:
                  sweep_interval_s: float = 1.0, retention_ms: int = DEFAULT_RETENTION_MS,
                  admin_url: str | None = None, admin_token: str | None = None,
                  admin_auth: AdminAuth | None = None, seal_grace_ms: int = 300,
-                 **pulsar_kwargs) -> None:
+                 create_namespace: bool | None = None,
+                 skip_foreign_deployments: bool = False, **pulsar_kwargs) -> None:
         """``admin_token``: the bearer token of a broker with token authentication,
         for the REST admin calls (``admin_url``); their TLS trust follows the
         ``tls_*`` settings in ``pulsar_kwargs``. ``admin_auth``: all of it
-        explicitly (e.g. a TLS client certificate for the admin API)."""
+        explicitly (e.g. a TLS client certificate for the admin API).
+
+        ``create_namespace``: None (default) opens an existing namespace now and
+        creates a missing one only when something writes (a transaction, a producer,
+        a scalable topic); a reader or consumer of a missing namespace fails at once
+        (NamespaceNotFound, naming the namespaces that exist). True creates it now
+        (an explicit init); False refuses a missing one here.
+
+        ``skip_foreign_deployments``: pass over transactional entries of another
+        deployment (another namespace or metastore, or this one before a reset),
+        counted in each reader's ``skipped_foreign``; by default a reader meeting one
+        raises ForeignDeploymentEntries (never delivered either way)."""
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"service.url {redact_url(service_url)!r} must start with "
-                              "pulsar:// or pulsar+ssl://")
-        self.store = open_store(metastore_url, namespace=namespace, partitions=partitions)
-        self.coordinator = TransactionCoordinator(self.store)
-        self.buffer = TransactionBuffer(self.store)
+            raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
+                              "pulsar+ssl://")
+        self._metastore = (metastore_url, namespace, partitions)
+        self._sweep = (sweeper, sweep_interval_s, retention_ms)
+        self._opened: _Roles | None = None
+        self._open_lock = threading.Lock()
+        self.skip_foreign_deployments = skip_foreign_deployments
+        if create_namespace is not None:
+            self._roles(create=create_namespace)
+        else:
+            try:
+                self._roles(create=False)
+            except NamespaceNotFound:
+                pass  # created by the first writer; readers fail at once until then
         pulsar_kwargs.setdefault("logger", quiet_logger())
         # Two pulsar clients, so two connection pools: producers on one, readers,
         # consumers and probes on the other. pulsar-client 3.x closes a whole connection
@@ -73,13 +116,47 @@ class PulsarTxnClient:
         self.admin_url = check_admin_url(admin_url)
         self.admin_auth = admin_auth or AdminAuth.from_client_settings(admin_token,
                                                                        pulsar_kwargs)
-        self.read_side = ReadSide(self.read_pulsar, self.store, self.buffer, self.admin_url,
-                                  self.admin_auth)
-        self._watch = self.store.watch(self._on_event)
-        if sweeper:
-            self.coordinator.start_sweeper(sweep_interval_s, retention_ms)
         self._seal_grace_ms = seal_grace_ms
         self._scalable: ScalableTopics | None = None
+
+    # ---- the metastore and the roles over it, opened when first needed ----
+    def _roles(self, create: bool) -> _Roles:
+        """The store and its roles; ``create``: a writer's need (creates a missing
+        namespace), else a reader's (a missing one raises NamespaceNotFound)."""
+        roles = self._opened
+        if roles is not None:
+            return roles
+        with self._open_lock:
+            if self._opened is None:
+                url, namespace, partitions = self._metastore
+                store = open_store(url, namespace=namespace, partitions=partitions,
+                                   create=create)
+                self._opened = _Roles.start(store, *self._sweep, self._on_event)
+            return self._opened
+
+    @property
+    def store(self) -> MetadataStore:
+        return self._roles(create=True).store
+
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        return self._roles(create=True).coordinator
+
+    @property
+    def buffer(self) -> TransactionBuffer:
+        return self._roles(create=True).buffer
+
+    @property
+    def read_side(self) -> ReadSide:
+        """What readers and consumers share; never creates the namespace."""
+        roles = self._roles(create=False)
+        if roles.read_side is None:
+            with self._open_lock:
+                if roles.read_side is None:
+                    roles.read_side = ReadSide(
+                        self.read_pulsar, roles.store, roles.buffer, self.admin_url,
+                        self.admin_auth, skip_foreign=self.skip_foreign_deployments)
+        return roles.read_side
 
     @property
     def scalable(self) -> ScalableTopics:
@@ -91,8 +168,14 @@ class PulsarTxnClient:
 
     # ---- transactions ----
     def new_transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Transaction:
-        return Transaction(self.store, self.coordinator.new_transaction(timeout_ms),
-                           self.coordinator)
+        """A new transaction; refused (DeploymentChanged) once the metastore at
+        ``metastore.url`` holds another deployment than this client opened: one
+        read of its config per begin, so nothing is begun, written or committed
+        under a stale deployment id."""
+        roles = self._roles(create=True)
+        roles.store.check_deployment()
+        return Transaction(roles.store, roles.coordinator.new_transaction(timeout_ms),
+                           roles.coordinator)
 
     @contextmanager
     def transaction(self, timeout_ms: int = DEFAULT_TIMEOUT_MS):
@@ -141,12 +224,18 @@ class PulsarTxnClient:
                 "write a partitioned topic whole")
 
     def _on_event(self, ev: TxnEvent) -> None:
-        self.buffer.on_event(ev)
-        self.read_side.participants.on_event(ev)
+        roles = self._opened
+        if roles is None:
+            return
+        roles.buffer.on_event(ev)
+        if roles.read_side is not None:
+            roles.read_side.participants.on_event(ev)
 
     def close(self) -> None:
-        self.coordinator.close()
-        self._watch.close()
+        roles = self._opened
+        if roles is not None:
+            roles.coordinator.close()
+            roles.watch.close()
         if self._scalable is not None:
             self._scalable.close()
         try:
@@ -155,7 +244,8 @@ class PulsarTxnClient:
             finally:
                 self.read_pulsar.close()
         finally:
-            self.store.close()
+            if roles is not None:
+                roles.store.close()
 
     def __enter__(self) -> PulsarTxnClient:
         return self

@@ -23,6 +23,7 @@ import pulsar
 
 from pulsar_txn.admin import AdminAuth, admin_request, admin_topic_path
 from pulsar_txn.buffer import TransactionBuffer, Verdict
+from pulsar_txn.deployments import CLIENT_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import AckConflict, ConfigError, InvalidTxnId, PulsarTxnError, ReadTimeout
 from pulsar_txn.message import TxnMessage
 from pulsar_txn.metastore.base import MetadataStore
@@ -91,6 +92,7 @@ class ReadSide:
     admin_url: str | None = None
     admin_auth: AdminAuth | None = None
     participants: AckParticipants = field(default_factory=AckParticipants)
+    skip_foreign: bool = False  # pass other deployments' entries (deployments.py)
 
 
 
@@ -124,6 +126,8 @@ class GatedStream:
         self._tags: dict[str, tuple[str | None, str]] = {}  # see records.entry_txn_cached
         self._below = False
         self.skipped = 0
+        self.skipped_foreign = 0  # other deployments' entries passed (skip_foreign)
+        self._foreign: set[str] = set()  # their txn texts, as entry_txn gives them
 
     def _set_gate(self, entry: tuple[int, int]) -> None:
         self._gate = entry
@@ -214,6 +218,8 @@ class GatedStream:
                     if verdict is Verdict.SKIP:
                         buf.popleft()
                         self.skipped += 1
+                        if t in self._foreign:
+                            self.skipped_foreign += 1
                         self._on_skip(raw)
                         continue
                     if not tb.wait_for_outcome(self._txn(t), _left(deadline, 3600)):
@@ -275,10 +281,28 @@ class GatedStream:
             self._txn(t)
             return True
         except InvalidTxnId:
-            log.warning("%s: a message's %s property %r is malformed or of another "
-                        "deployment; such messages are never delivered", self.segment,
-                        PROP_TXN, t)
-            return False
+            pass
+        self._check_foreign(t)
+        if t not in self._foreign:
+            log.warning("%s: a message's %s property %r is malformed; such messages are "
+                        "never delivered", self.segment, PROP_TXN, t)
+        return False
+
+    def _check_foreign(self, t: str) -> None:
+        """Entries of another deployment are never delivered, and never passed (nor
+        acked) silently: first whether this client's own deployment changed (a reset
+        metastore: DeploymentChanged), then ForeignDeploymentEntries unless the
+        client skips them (``skip_foreign_deployments``)."""
+        store = self._side.store
+        seen = {dep for raw, _, tt, _ in self._buf if tt == t
+                for dep in [foreign_deployment(raw.properties(), store.deployment)] if dep}
+        if not seen:
+            return  # malformed: skipped (hole 9)
+        store.check_deployment()
+        if not self._side.skip_foreign:
+            raise foreign_entries_error(self.segment, seen, store.deployment, store.keys.ns,
+                                        f"{CLIENT_OPTION}=True")
+        self._foreign.add(t)
 
     def _classify_batch(self) -> None:
         gate = self._gate_id

@@ -83,6 +83,9 @@ def make_client(request, broker, redis_server, namespace):
 
     def make(**kw):
         kw.setdefault("namespace", namespace)
+        # an explicit init: the tests' deployments exist before anything reads them
+        # (a client alone creates its namespace only when it writes)
+        kw.setdefault("create_namespace", True)
         kw.setdefault("sweeper", not spark_test)
         kw.setdefault("sweep_interval_s", 0.2)
         url = kw.pop("metastore_url", redis_server.url)

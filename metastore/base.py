@@ -25,6 +25,23 @@ from pulsar_txn.records import (
 from pulsar_txn.state import TxnState
 
 
+def missing_namespace(ns: str, url: str, existing: Sequence[str]) -> str:
+    """The error of a reader that named a namespace the store does not hold."""
+    there = ", ".join(repr(n) for n in existing) if existing else "none"
+    return (f"metastore namespace {ns!r} (option 'metastore.namespace') does not exist in "
+            f"the metadata store {url!r} (option 'metastore.url'); namespaces there: {there}. "
+            "A reader never creates one: check both options (only writers create a namespace)")
+
+
+def deployment_changed(ns: str, url: str, opened: str, now: str | None) -> str:
+    """The error of a process whose metastore was reset or replaced under it."""
+    what = f"deployment {now!r}" if now else "no deployment (wiped)"
+    return (f"the metadata store {url!r} (option 'metastore.url') now holds {what} in "
+            f"namespace {ns!r}, not deployment {opened!r} this process opened: it was reset "
+            "or replaced. Stopped without reading, writing or acking across the change; open "
+            "a new client (restart the query) to use the new deployment")
+
+
 class SegmentState(str, Enum):
     """A scalable topic's segment, as its descriptor records it. The split/merge
     script seals only ACTIVE parents; a writer-run checks its segment is still
@@ -88,6 +105,7 @@ class MetadataStore(Protocol):
     wire_format: int  # the form of those appends' properties (records.WIRE_*)
 
     def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
+    def check_deployment(self) -> None: ...  # raises DeploymentChanged after a reset
     def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it
     def txns_writing_other_form(self, wire: int) -> list[TxnId]: ...  # may append the other
 

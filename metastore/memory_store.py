@@ -23,15 +23,12 @@ DAGs) and ``memory_watch`` (the watch threads).
 from __future__ import annotations
 
 import random
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import parse_qs, urlparse
 
 from pulsar_txn.errors import (
     ConfigError,
-    DeploymentChanged,
-    NamespaceNotFound,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
@@ -55,26 +52,17 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized, deployment_changed, missing_namespace
+from .base import Collected, Materialized
 from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
+from .memory_namespace import _NAMED, check_named, named_server  # noqa: F401 (tests reset _NAMED)
 from .memory_state import Partition, Server, Txn, by_score, wall_ms
 from .memory_watch import MemoryWatch
 
 DEFAULT_PARTITIONS = 16  # the Redis store's: ids and owners' partitions depend on P
 PENDING_LISTED = 64  # open_writes lists at most this many pending registrations per partition
 
-
-_NAMED: dict[tuple[str, str], Server] = {}
-_NAMED_LOCK = threading.Lock()
-
-
-def reset_named(name: str, namespace: str = "ptxn") -> None:
-    """Forget a named state: the next store opened with that name and namespace
-    starts a new deployment (tests model an operator's metastore reset with it)."""
-    with _NAMED_LOCK:
-        _NAMED.pop((name, namespace), None)
 
 
 class MemoryMetadataStore(AckTables, Layouts):
@@ -94,15 +82,8 @@ class MemoryMetadataStore(AckTables, Layouts):
         if name is None:
             server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
         else:
-            with _NAMED_LOCK:
-                server = _NAMED.get((name, namespace))
-                if server is None and not create:
-                    there = sorted(ns for n, ns in _NAMED if n == name)
-                    raise NamespaceNotFound(missing_namespace(namespace, f"memory://{name}",
-                                                              there))
-                if server is None:
-                    server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
-                    _NAMED[(name, namespace)] = server
+            server = named_server(name, namespace, create, lambda: Server(
+                partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format))
         if partitions is not None and partitions != server.partitions:
             raise ConfigError(f"metastore partitions={partitions} but namespace {namespace!r} "
                               f"was created with {server.partitions}")
@@ -133,14 +114,8 @@ class MemoryMetadataStore(AckTables, Layouts):
         return cls(name, namespace=namespace, partitions=partitions, create=create)
 
     def check_deployment(self) -> None:
-        """A named state is the same deployment while the process holds it under its
-        name (``reset_named`` replaces it, as an operator's wipe of Redis would)."""
-        name = self.url[len("memory://"):]
-        with _NAMED_LOCK:
-            current = _NAMED.get((name, self.keys.ns), self._s)
-        if current is not self._s:
-            raise DeploymentChanged(deployment_changed(self.keys.ns, self.url, self.deployment,
-                                                       current.deployment))
+        """Same deployment while the name holds this state (see memory_namespace)."""
+        check_named(self.url[len("memory://"):], self.keys.ns, self._s)
 
     def still_current(self) -> bool:
         """The state lives as long as the process, so only this client's close ends it

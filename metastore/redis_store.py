@@ -30,6 +30,7 @@ from pulsar_txn.errors import (
     ConfigError,
     MetastoreError,
     MetastoreUnavailable,
+    NamespaceNotFound,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
@@ -52,7 +53,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized
+from .base import Collected, Materialized, missing_namespace
 from .keys import (
     LAYOUTS,
     SPREAD_LAYOUT,
@@ -63,6 +64,7 @@ from .keys import (
 )
 from .redis_acks import RedisAcks
 from .redis_layouts import RedisLayouts
+from .redis_namespace import RedisNamespace
 from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
@@ -77,12 +79,14 @@ SEQ_BLOCK = 64  # ids a store takes per round trip (next_txn_id hands them out l
 WAITAOF_MS = 10_000  # how long a decision waits for its fsync (durability=waitaof)
 
 
-class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
+class RedisMetadataStore(RedisNamespace, RedisWrites, RedisAcks, RedisLayouts):
     """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
 
     def __init__(self, url: str, namespace: str = "ptxn", partitions: int | None = None,
                  event_maxlen: int = 100_000, socket_timeout: float = 10.0,
-                 durability: str | None = None) -> None:
+                 durability: str | None = None, create: bool = True) -> None:
+        """``create`` False: a reader's open, which never creates the namespace (a
+        missing one raises NamespaceNotFound naming the ones that exist)."""
         cfg = parse_store_url(url, namespace, durability)
         self.durability = cfg.durability
         self.url = cfg.shown
@@ -96,7 +100,7 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             self.scripts = Scripts(self.r)
             check_persistence(self.r, self.url, self.durability)
             self.partitions, layout, self.deployment, self.wire_format = self._first_use(
-                cfg.namespace, partitions)
+                cfg.namespace, partitions, create)
             self._run_id = self._server_run_id()
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
@@ -109,15 +113,20 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
 
-    def _first_use(self, ns: str, wanted: int | None) -> tuple[int, str, str, int]:
+    def _first_use(self, ns: str, wanted: int | None,
+                   create: bool = True) -> tuple[int, str, str, int]:
         """(P, key layout, deployment id, wire format), fixed at the namespace's first
         use in one step (init_namespace.lua): ids and slots depend on P, every key on the layout,
         and every transactional append carries the deployment id, so an entry written
         under another deployment is never classified with this one's ids."""
-        stored, layout, dep, wire = self.scripts.init_namespace(
+        reply = self.scripts.init_namespace(
             keys=[Keys(ns, 1).config()],
             args=[wanted or DEFAULT_PARTITIONS, uuid.uuid4().hex[:12], SPREAD_LAYOUT,
-                  WIRE_ONE])
+                  WIRE_ONE, "1" if create else "0"])
+        if not reply:
+            self.close()
+            raise NamespaceNotFound(missing_namespace(ns, self.url, self.namespaces()))
+        stored, layout, dep, wire = reply
         if wanted is not None and wanted != int(stored):
             raise ConfigError(
                 f"metastore partitions={wanted} but namespace {ns!r} was created with {stored}")
@@ -295,6 +304,7 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
             res = self.scripts.end_txn(keys=keys, args=args)
         status = res[0]
         if status == "NOTFOUND":
+            self.check_deployment()  # a header gone with the whole namespace: say so
             raise TxnNotFound(f"transaction {txn_id} not found")
         if status == "FENCED":
             raise SinkFenced(f"sink {sink.sink_id} now belongs to query {res[1]}; batch "
@@ -332,6 +342,9 @@ class RedisMetadataStore(RedisWrites, RedisAcks, RedisLayouts):
 
     @translate
     def expired_txns(self, limit: int = 1000) -> list[TxnId]:
+        # every sweep starts here: a sweeper of a reset metastore stops (raises)
+        # instead of aborting or collecting the new deployment's transactions
+        self.check_deployment()
         now = self.server_time_ms()
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):

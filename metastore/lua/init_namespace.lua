@@ -13,8 +13,13 @@
 -- KEYS[1] config hash
 -- ARGV[1] partitions for a new namespace   ARGV[2] a fresh deployment id
 -- ARGV[3] key layout for a new namespace (e.g. 'spread1')   ARGV[4] its wire format
--- returns {partitions, key layout, deployment id, wire format}
+-- ARGV[5] '0': a reader's open, which never creates the namespace (absent: create)
+-- returns {partitions, key layout, deployment id, wire format}; {} for a namespace
+-- that does not exist when ARGV[5] is '0'
 if redis.call('HEXISTS', KEYS[1], 'partitions') == 0 then
+  if ARGV[5] == '0' then
+    return {}
+  end
   redis.call('HSET', KEYS[1], 'tags', ARGV[3], 'dep', ARGV[2],
              'deployment', 'refused-by-spread-tags:' .. ARGV[2], 'partitions', ARGV[1],
              'wire', ARGV[4])

@@ -1,0 +1,50 @@
+"""The memory backend's named states: what a Redis server's namespaces are to it.
+
+Stores opened with the same ``memory://<name>`` and namespace share one state, as
+clients of one server share its keys. A reader's open never creates one (as on
+Redis), and ``reset_named`` models an operator's metastore reset: the next open
+starts a new deployment, and the stores still holding the old state notice it
+(``check_deployment``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from pulsar_txn.errors import DeploymentChanged, NamespaceNotFound
+
+from .base import deployment_changed, missing_namespace
+from .memory_state import Server
+
+_NAMED: dict[tuple[str, str], Server] = {}
+_NAMED_LOCK = threading.Lock()
+
+
+def named_server(name: str, namespace: str, create: bool,
+                 make: Callable[[], Server]) -> Server:
+    """The state of (name, namespace); ``create`` False: a missing one raises."""
+    with _NAMED_LOCK:
+        server = _NAMED.get((name, namespace))
+        if server is None and not create:
+            there = sorted(ns for n, ns in _NAMED if n == name)
+            raise NamespaceNotFound(missing_namespace(namespace, f"memory://{name}", there))
+        if server is None:
+            server = _NAMED[(name, namespace)] = make()
+        return server
+
+
+def check_named(name: str, namespace: str, server: Server) -> None:
+    """Raise DeploymentChanged if (name, namespace) no longer holds ``server``."""
+    with _NAMED_LOCK:
+        current = _NAMED.get((name, namespace), server)
+    if current is not server:
+        raise DeploymentChanged(deployment_changed(namespace, f"memory://{name}",
+                                                   server.deployment, current.deployment))
+
+
+def reset_named(name: str, namespace: str = "ptxn") -> None:
+    """Forget a named state: the next store opened with that name and namespace
+    starts a new deployment."""
+    with _NAMED_LOCK:
+        _NAMED.pop((name, namespace), None)

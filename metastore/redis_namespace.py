@@ -1,0 +1,65 @@
+"""The namespace a RedisMetadataStore opened, as the server holds it now.
+
+A reader never creates a namespace, so a missing one is named with those that exist
+(``namespaces``); a process that keeps a store while the namespace is wiped and
+initialised again (a new deployment id at the same address) must stop before it
+reads, writes or acks under the old id (``check_deployment``, issue 26 hole 8).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from pulsar_txn.errors import DeploymentChanged, MetastoreUnavailable, TxnNotFound
+from pulsar_txn.records import TxnId
+
+from .base import deployment_changed
+from .keys import Keys
+from .replies import translate
+
+
+class RedisNamespace:
+    """Mixin of RedisMetadataStore: the namespace's identity on the server."""
+
+    r: redis.Redis
+    url: str
+    keys: Keys
+    deployment: str
+    partitions: int
+
+    def namespaces(self, limit: int = 50) -> list[str]:
+        """The namespaces this server holds (those with a config record), sorted; at
+        most ``limit`` (a SCAN: for error messages and operators, never a hot path)."""
+        found: set[str] = set()
+        for key in self.r.scan_iter(match="*:config", count=1000):
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            found.add(name[: -len(":config")])
+            if len(found) >= limit:
+                break
+        return sorted(found)
+
+    def check_deployment(self) -> None:
+        """Raise DeploymentChanged if the namespace no longer holds the deployment id
+        (and partitions) this store opened: wiped, reset or replaced at the same
+        address. One HMGET. A restart of the server (same data) is no change."""
+        try:
+            dep, deployment, partitions = self.r.hmget(
+                Keys(self.keys.ns, 1).config(), "dep", "deployment", "partitions")
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise MetastoreUnavailable(f"metadata store {self.url!r} (option "
+                                       f"'metastore.url') unreachable: {e}") from e
+        now = dep or deployment
+        if now != self.deployment or partitions is None or int(partitions) != self.partitions:
+            raise DeploymentChanged(deployment_changed(self.keys.ns, self.url, self.deployment,
+                                                       now))
+
+    @translate
+    def register_write(self, txn_id: TxnId, segment: str, writer: str) -> int:
+        """RedisWrites.register_write (the wire format to append in); a header that
+        vanished with its whole namespace (a reset) is DeploymentChanged, never a write
+        under a stale deployment id."""
+        try:
+            return super().register_write(txn_id, segment, writer)
+        except TxnNotFound:
+            self.check_deployment()
+            raise

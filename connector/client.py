@@ -30,6 +30,7 @@ from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, Tra
 from pulsar_txn.errors import ConfigError, NamespaceNotFound
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore, Watch
+from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Consumer, Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
@@ -90,8 +91,8 @@ class PulsarTxnClient:
         counted in each reader's ``skipped_foreign``; by default a reader meeting one
         raises ForeignDeploymentEntries (never delivered either way)."""
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"service.url {service_url!r} must start with pulsar:// or "
-                              "pulsar+ssl://")
+            raise ConfigError(f"service.url {redact_url(service_url)!r} must start with "
+                              "pulsar:// or pulsar+ssl://")
         self._metastore = (metastore_url, namespace, partitions)
         self._sweep = (sweeper, sweep_interval_s, retention_ms)
         self._opened: _Roles | None = None

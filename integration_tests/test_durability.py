@@ -122,6 +122,7 @@ def test_entries_of_a_txn_whose_header_was_lost_are_never_delivered(broker, tmp_
         t = topic_name()
         p = client.create_producer(t)
         p.send(b"plain-before")
+        client.new_transaction().abort()  # the namespace exists in the copy (created lazily)
         backup = _copy_now(server, tmp_path / "backup")
         txn = client.new_transaction()
         p.send(b"never-committed", txn=txn)  # its header exists only after the backup
@@ -270,3 +271,68 @@ def test_waitaof_mode_waits_for_the_fsync_of_every_decision(broker, tmp_path):
     finally:
         c.close()
         server.stop()
+
+
+def _lost_id_reused_scenario(broker, tmp_path, topic_name, namespace: str,
+                             before_first_use: bool) -> None:
+    """A saved state is started twice. The first start hands out an id to a transaction
+    that appends an entry and is then lost with that start (never committed). The second
+    start must not hand out that id again: if it did, the new transaction's commit and
+    collection would make the lost one's entry look committed to every fresh reader."""
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.metastore import RedisMetadataStore
+
+    server = RedisServer(tmp_path / "redis", appendfsync="always").start()
+    clients = []
+
+    def client():
+        c = PulsarTxnClient(broker.service_url, server.url, namespace=namespace,
+                            partitions=1, sweeper=False)  # one partition: every id collides
+        clients.append(c)
+        return c
+
+    def close_all():
+        for c in clients:
+            c.close()
+        clients.clear()
+
+    try:
+        t = topic_name()
+        if before_first_use:  # the namespace exists, its partition never handed out an id
+            RedisMetadataStore(server.url, namespace=namespace, partitions=1).close()
+        else:
+            client().new_transaction().commit()
+        backup = _copy_now(server, tmp_path / "backup")
+        close_all()
+        _restore_earlier_copy(server, backup)          # first start of the saved state
+        c1 = client()
+        lost = c1.new_transaction()
+        c1.create_producer(t).send(b"never-committed", txn=lost)
+        close_all()
+        _restore_earlier_copy(server, backup)          # the same saved state, again
+        c2 = client()
+        txn = c2.new_transaction()
+        c2.create_producer(t).send(b"committed", txn=txn)
+        txn.commit()
+        c2.coordinator.sweep_materialize()
+        c2.coordinator.sweep_gc(retention_ms=0)        # the new txn is collected
+        reused = txn.id == lost.id
+        assert values(client().create_reader(t), idle_ms=2000) == [b"committed"]
+        assert not reused, f"{lost.id} was handed out twice"
+    finally:
+        close_all()
+        server.stop()
+
+
+def test_txn_id_never_reused_when_the_same_backup_is_restored_twice(broker, tmp_path,
+                                                                     topic_name):
+    """DESIGN §3: an id is never handed out twice, whatever restores happen; here a
+    backup restored twice (or a crash loop after a restore)."""
+    _lost_id_reused_scenario(broker, tmp_path, topic_name, "twice", before_first_use=False)
+
+
+def test_txn_id_never_reused_when_the_lost_state_held_a_partitions_first_ids(
+        broker, tmp_path, topic_name):
+    """The same, with a backup taken before the partition handed out its first id: the
+    lost state held the partition's first ids, and nothing of them survived."""
+    _lost_id_reused_scenario(broker, tmp_path, topic_name, "firsts", before_first_use=True)

@@ -8,6 +8,7 @@ dicts of member -> score, read in Redis's order (see ``by_score``).
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -15,12 +16,18 @@ import uuid
 from collections.abc import Callable
 
 from pulsar_txn.errors import MetastoreError, TxnNotFound, TxnNotOpen, TxnTimedOut
-from pulsar_txn.records import WIRE_ONE, TxnEvent, TxnHeader, TxnId
+from pulsar_txn.records import WIRE_ONE, EventKind, TxnEvent, TxnHeader, TxnId
 from pulsar_txn.state import TxnState
 
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def wall_us() -> int:
+    """The clock ids are tied to (_epoch.lua reads the server's TIME): the wall clock,
+    never the injectable one, which tests hold still while they hand out ids."""
+    return time.time_ns() // 1000
 
 
 def decode(raw: str) -> dict:
@@ -53,6 +60,7 @@ class Txn:
         self.wire_forms: set[int] = set()  # the forms its runs registered in
         self.writes: dict[tuple[str, str], list[str]] = {}  # (segment, writer) -> [first, last]
         self.acks: dict[tuple[str, str], dict] = {}  # (segment, subscription) -> record
+        self.kept = False  # lived across a server change: collected, its header kept
 
     def header(self, txn_id: TxnId) -> TxnHeader:
         return TxnHeader(txn_id, self.state, self.deadline, self.created, self.finalized,
@@ -66,6 +74,8 @@ class Partition:
         self.counter = 0
         self.watermark = 0  # every id at or below it is collected or can never be created
         self.collected: set[int] = set()  # collected ids above the watermark
+        self.run: str | None = None  # the server start this state was last used on
+        self.gaps: list[tuple[int, int]] = []  # id ranges that may have been lost (ordered)
         self.txns: dict[int, Txn] = {}
         self.deadlines: dict[int, int] = {}  # OPEN txns
         self.finalized: dict[int, int] = {}
@@ -76,6 +86,28 @@ class Partition:
         self.open_writes: dict[str, dict[tuple[int, str], str]] = {}
         self.aborted: dict[str, set[tuple[int, str]]] = {}  # segment -> {(seq, writer)}
         self.sinks: dict[str, dict] = {}  # sink id -> batch, txn, qid
+
+    def in_gap(self, seq: int) -> bool:
+        return any(first <= seq <= last for first, last in self.gaps)
+
+    def collect(self, seq: int) -> bool:
+        """gc_txn.lua's removal and durable trace of an ended txn; True: kept (its id
+        lies in a gap, it lived across a server change: its header stays the truth)."""
+        kept = self.in_gap(seq)
+        if kept:
+            txn = self.txns[seq]
+            txn.kept, txn.writes, txn.acks = True, {}, {}
+        else:
+            del self.txns[seq]
+        self.finalized.pop(seq, None)
+        if seq > self.watermark and not kept:
+            self.collected.add(seq)
+        live = [s for s, t in self.txns.items() if not t.kept]
+        mark = min(live) - 1 if live else self.counter
+        if mark > self.watermark:
+            self.watermark = mark
+            self.collected = {s for s in self.collected if s > mark or self.in_gap(s)}
+        return kept
 
 
 class Topic:
@@ -95,6 +127,7 @@ class Server:
         self.wire_format = wire_format
         self.clock = clock
         self.deployment = uuid.uuid4().hex[:12]
+        self.run_id = uuid.uuid4().hex  # a server start; a restore is a new one
         self.parts: dict[int, Partition] = {}
         self.claims: dict[tuple[str, str], dict[str, str]] = {}
         self.topics: dict[str, Topic] = {}
@@ -104,6 +137,37 @@ class Server:
 
     def now(self) -> int:
         return int(self.clock())
+
+    # ---- server starts (_epoch.lua) ----
+    def check_epoch(self, part: Partition) -> None:
+        """_epoch.lua: on the first use of a partition's state by this server start,
+        the ids that may have been handed out and lost become a gap, and the counter
+        jumps to the clock (see there why the clock)."""
+        if part.run == self.run_id:
+            return
+        top = max(part.counter, wall_us())
+        first = max(part.watermark, part.gaps[-1][1] if part.gaps else 0) + 1
+        if top >= first:
+            part.gaps.append((first, top))
+        part.counter, part.run = top, self.run_id
+
+    def save(self) -> dict:
+        """A copy of what a backup holds (the records, not the clients or watches)."""
+        with self.lock:
+            return copy.deepcopy({"parts": self.parts, "claims": self.claims,
+                                  "topics": self.topics, "topic_names": self.topic_names,
+                                  "deployment": self.deployment,
+                                  "wire_format": self.wire_format})
+
+    def restore(self, saved: dict) -> None:
+        """Start again from a saved copy: a new server start on an earlier state."""
+        state = copy.deepcopy(saved)
+        with self.lock:
+            self.parts, self.claims = state["parts"], state["claims"]
+            self.topics, self.topic_names = state["topics"], state["topic_names"]
+            self.deployment, self.wire_format = state["deployment"], state["wire_format"]
+            self.run_id = uuid.uuid4().hex
+            self.publish(TxnEvent(EventKind.RESYNC))  # watchers missed what was lost
 
     def part(self, p: int) -> Partition:
         return self.parts.setdefault(p, Partition())

@@ -10,9 +10,9 @@ the same answers and the same typed errors as RedisMetadataStore. Every method
 holds the one lock of the state and checks everything before its first change, so
 each call is one atomic step, as a script is.
 
-Server time is the injectable ``clock`` (ms), read where the scripts read TIME.
-Never durable and never restarted: no server change can happen, so there are no
-gaps of possibly lost ids (gc_txn never answers KEPT) and no resync is ever due.
+Server time is the injectable ``clock`` (ms), read where the scripts read TIME
+(ids follow the wall clock, as theirs follow TIME). Never durable; tests restore a
+saved copy (``Server.save``/``restore``), which opens gaps of lost ids as Redis does.
 
 Five modules, each under the size a reader takes in at once: this façade
 (transactions, writes, sinks), ``memory_state`` (the records and indexes),
@@ -23,6 +23,7 @@ DAGs) and ``memory_watch`` (the watch threads).
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import parse_qs, urlparse
@@ -57,7 +58,7 @@ from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
 from .memory_namespace import _NAMED, check_named, named_server  # noqa: F401 (tests reset _NAMED)
-from .memory_state import Partition, Server, Txn, by_score, wall_ms
+from .memory_state import Partition, Server, Txn, by_score, wall_ms, wall_us
 from .memory_watch import MemoryWatch
 
 DEFAULT_PARTITIONS = 16  # the Redis store's: ids and owners' partitions depend on P
@@ -148,14 +149,19 @@ class MemoryMetadataStore(AckTables, Layouts):
 
     # ---- transactions ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
-        """alloc_ids.lua with a block of one: no cache of ids to go stale."""
+        """alloc_ids.lua with a block of one: no cache of ids to go stale; an id is
+        handed out once the clock reaches it (waits a few microseconds at most)."""
         if partition is None:
             partition = (partition_of(owner, self.partitions) if owner
                          else random.randrange(self.partitions))
-        with self._s.lock:
-            part = self._s.part(partition)
-            part.counter += 1
-            return TxnId(partition, part.counter)
+        while True:
+            with self._s.lock:
+                part = self._s.part(partition)
+                self._s.check_epoch(part)
+                if part.counter < wall_us():
+                    part.counter += 1
+                    return TxnId(partition, part.counter)
+            time.sleep(1e-6)
 
     def create_txn(self, txn_id: TxnId, timeout_ms: int, owner: str = "",
                    replace: TxnId | None = None) -> TxnHeader:
@@ -165,6 +171,7 @@ class MemoryMetadataStore(AckTables, Layouts):
             raise ValueError("an owned transaction must live in its owner's partition")
         with self._s.lock:
             part = self._s.part(p)
+            self._s.check_epoch(part)
             if owner:
                 existing = part.owners.get(owner)
                 if existing is not None and existing != (replace.seq if replace else None):
@@ -177,7 +184,7 @@ class MemoryMetadataStore(AckTables, Layouts):
                 if txn.owner != owner:
                     raise PulsarTxnError(f"transaction id {txn_id} already in use")
                 return txn.header(txn_id)
-            if seq <= part.watermark:
+            if seq <= part.watermark or part.in_gap(seq) or seq > wall_us():
                 raise TxnIdStale(f"transaction id {txn_id} can no longer be created")
             now = self._s.now()
             txn = part.txns[seq] = Txn(now + int(timeout_ms), now, owner)
@@ -308,8 +315,9 @@ class MemoryMetadataStore(AckTables, Layouts):
         seq = txn_id.seq
         with self._s.lock:
             part = self._s.part(txn_id.partition)
+            self._s.check_epoch(part)
             txn = part.txns.get(seq)
-            if txn is None:
+            if txn is None or txn.kept:
                 part.finalized.pop(seq, None)
                 return Collected.GONE
             if txn.state is TxnState.OPEN:
@@ -322,15 +330,8 @@ class MemoryMetadataStore(AckTables, Layouts):
                 return Collected.ACKS_PENDING
             if txn.owner and part.owners.get(txn.owner) == seq:
                 del part.owners[txn.owner]
-            del part.txns[seq]
-            part.finalized.pop(seq, None)
-            if seq > part.watermark:
-                part.collected.add(seq)
-            mark = min(part.txns) - 1 if part.txns else part.counter
-            if mark > part.watermark:
-                part.watermark = mark
-                part.collected = {s for s in part.collected if s > mark}
-            return Collected.DONE
+            kept = part.collect(seq)  # KEPT: lived across a server change (gc_txn.lua)
+            return Collected.KEPT if kept else Collected.DONE
 
     def collected(self, txn_ids: Sequence[TxnId]) -> set[TxnId]:
         out = set()
@@ -339,7 +340,8 @@ class MemoryMetadataStore(AckTables, Layouts):
                 if not in_id_space(t, self.partitions):
                     continue
                 part = self._s.part(t.partition)
-                if t.seq in part.collected or t.seq <= part.watermark:
+                if t.seq in part.collected or (t.seq <= part.watermark
+                                               and not part.in_gap(t.seq)):
                     out.add(t)
         return out
 

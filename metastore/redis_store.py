@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
@@ -213,11 +214,14 @@ class RedisMetadataStore(RedisNamespace, RedisWrites, RedisAcks, RedisLayouts):
         p = partition
         with self._seq_lock:
             nxt, end = self._seq_blocks.get(p, (0, -1))
-            if nxt > end:
+            while nxt > end:
                 k = self.keys
-                end = int(self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)],
-                                                 args=[SEQ_BLOCK]))
-                nxt = end - SEQ_BLOCK + 1
+                res = self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)],
+                                             args=[SEQ_BLOCK])
+                if res[0] == "AHEAD":  # no id is handed out before the server's clock
+                    time.sleep(int(res[1]) / 1e6)  # reaches it (alloc_ids.lua): microseconds
+                    continue
+                nxt, end = int(res[1]), int(res[2])
             self._seq_blocks[p] = (nxt + 1, end)
         return TxnId(p, nxt)
 

@@ -2,7 +2,8 @@
 -- Create a transaction header in state OPEN (idempotent per owner).
 -- An id at or below the collected watermark, or in a gap of unknown ids, is refused
 -- (STALE): readers take a missing header there for "collected" or "lost", so no
--- header may appear there later (the caller allocates a fresh id).
+-- header may appear there later (the caller allocates a fresh id). So is an id the
+-- server's clock has not reached (_epoch.lua: no id is used before its time).
 -- KEYS[1] header   KEYS[2] deadline index   KEYS[3] owner index   KEYS[4] sequence counter
 -- KEYS[5] live ids   KEYS[6] gc hash (watermark, run id)   KEYS[7] gaps of unknown ids
 -- KEYS[8] counters (hash: opened)
@@ -23,6 +24,7 @@ local gap = redis.call('ZREVRANGEBYSCORE', KEYS[7], seq, '-inf', 'LIMIT', 0, 1)[
 if gap and tonumber(string.sub(gap, string.find(gap, ':', 1, true) + 1)) >= tonumber(seq) then
   return {'STALE'}
 end
+if tonumber(seq) > now_us() then return {'STALE'} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + timeout

@@ -8,6 +8,14 @@ recorded acks to the Pulsar subscription and turns the claims into tombstones
 must conflict, invariant 7); abort releases the claims so the messages are
 redelivered. ``recover`` re-applies committed-but-unapplied acks
 after a crash; applying is idempotent (acking an acked message is a no-op).
+
+"Applied" means on the subscription's cursor, and pulsar-client cannot say when
+that is: its acks are grouped and sent later with no receipt, and an id it did not
+hand out acks the whole entry. So the tombstone, not the ack record's mark, is
+what makes a committed ack reach the cursor: it stays until the cursor is known
+past it (``trim``), and every consumer of the subscription acks again, with the
+copy's own id, any message it receives that a tombstone covers, instead of handing
+it out. The mark only says the tombstones are written.
 """
 
 from __future__ import annotations
@@ -59,9 +67,6 @@ class PendingAckStore:
         self._trimming = False
         self._lock = threading.Lock()
         self._pending: dict[TxnId, list[tuple[list[Position], bool]]] = {}
-        # Positions acked by recovery: a consumer may already hold them prefetched.
-        self.recovered_acks: set[Position] = set()
-        self.recovered_cumulative: Position | None = None
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
@@ -120,32 +125,37 @@ class PendingAckStore:
         rec = self.store.list_acks(txn_id).get((self.segment, self.subscription))
         return None if rec is None else AckRecord.decode(rec)
 
-    def _apply_committed(self, txn_id: TxnId, recovering: bool = False) -> None:
+    def _apply_committed(self, txn_id: TxnId) -> bool:
+        """Hand the committed acks to the broker, then write their tombstones and the
+        mark. False: the broker refused them (a closed consumer, an ack the
+        subscription cannot take); the tombstones still make every consumer ack the
+        messages when they are delivered, so nothing stays pending because of it."""
         rec = self._record(txn_id)
         if rec is None:  # claimed, never recorded: the txn did not ack them
             self.store.release_acks(txn_id, self.segment, self.subscription)
-            return
-        if rec.applied:
-            self._settle(txn_id, rec)
-            return
-        ind = [ack_position(k) for k in rec.individual]
-        if ind:
-            self._apply(ind, False)
-        if rec.cumulative:
-            self._apply([ack_position(rec.cumulative)], True)
-        if recovering:
-            self.recovered_acks.update(ind)
-            if rec.cumulative:
-                cum = ack_position(rec.cumulative)
-                if self.recovered_cumulative is None or cum > self.recovered_cumulative:
-                    self.recovered_cumulative = cum
+            return True
+        clean = True
+        if not rec.applied:
+            try:
+                ind = [ack_position(k) for k in rec.individual]
+                if ind:
+                    self._apply(ind, False)
+                if rec.cumulative:
+                    self._apply([ack_position(rec.cumulative)], True)
+            except Exception as e:  # noqa: BLE001 - applied on delivery instead
+                clean = False
+                log.warning("%s|%s: the broker refused the committed acks of %s (%s); "
+                            "they are applied as their messages are delivered",
+                            self.segment, self.subscription, txn_id, e)
         # Tombstones before the mark: GC collects a committed header only once every
         # ack record is marked, so a live claim whose header is gone is never a
         # committed one. A crash between the two leaves a tombstone of a header with
         # an unmarked record: ``recover`` finishes the mark.
         self._settle(txn_id, rec)
-        self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
+        if not rec.applied:
+            self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
         self._trim_if_due()
+        return clean
 
     def _settle(self, txn_id: TxnId, rec: AckRecord) -> None:
         """Tombstone the recorded acks; release any claim the txn never recorded."""
@@ -234,7 +244,7 @@ class PendingAckStore:
             settled.add(claims.committed[0])
         ids = [TxnId.parse(h) for h in holders | settled]
         headers = self.store.get_headers(ids) if ids else {}
-        stats = {"applied": 0, "released": 0, "open": 0}
+        stats = {"applied": 0, "released": 0, "open": 0, "failed": 0}
         for t, h in headers.items():
             if str(t) in settled and str(t) not in holders:
                 if h is not None and h.open_ack_records > 0:
@@ -246,12 +256,35 @@ class PendingAckStore:
                 self.store.release_acks(t, self.segment, self.subscription)
                 stats["released"] += 1
             elif h.state is TxnState.COMMITTED:
-                self._apply_committed(t, recovering=True)
-                stats["applied"] += 1
+                stats["applied" if self._apply_committed(t) else "failed"] += 1
             else:
                 stats["open"] += 1
         return stats
 
-    def acked_by_recovery(self, p: Position) -> bool:
-        cum = self.recovered_cumulative
-        return p in self.recovered_acks or (cum is not None and p <= cum)
+    def claimed_by_own(self, p: Position) -> bool:
+        """Whether a txn of this store's consumer holds ``p`` (cumulative: at or below)."""
+        with self._lock:
+            return any(p in ps if not cum else p <= ps[0]
+                       for acks in self._pending.values() for ps, cum in acks)
+
+
+def settle_committed_acks(store: MetadataStore, txn_id: TxnId) -> int:
+    """Write the tombstones and marks of a committed txn's ack records with no consumer
+    (an operator's command, or GC finding it ACKS_PENDING past the retention): the
+    tombstones make every consumer of those subscriptions ack the messages when they
+    are delivered, so nothing of the broker is needed. Returns the records settled."""
+    h = store.get_header(txn_id)
+    if h is None or h.state is not TxnState.COMMITTED:
+        return 0
+    settled = 0
+    for (segment, subscription), raw in store.list_acks(txn_id).items():
+        rec = AckRecord.decode(raw)
+        if rec.applied:
+            continue
+        if rec.claimed_fields():
+            store.release_acks(txn_id, segment, subscription, rec.claimed_fields(),
+                               committed=True)
+        store.release_acks(txn_id, segment, subscription)
+        store.mark_acks_applied(txn_id, segment, subscription)
+        settled += 1
+    return settled

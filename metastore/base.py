@@ -24,6 +24,8 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState
 
+from .keys import ClaimView
+
 
 def missing_namespace(ns: str, url: str, existing: Sequence[str]) -> str:
     """The error of a reader that named a namespace the store does not hold."""
@@ -67,6 +69,7 @@ class Collected(Enum):
     UNMATERIALIZED = "unmaterialized"  # its losers are not listed yet (H2): materialize first
     YOUNG = "young"                    # finalized after the cutoff
     ACKS_PENDING = "acks_pending"      # committed acks not yet applied to the broker
+    UNFSYNCED = "unfsynced"            # waitaof: its decision is not known fsynced yet
 
 
 class LayoutVerdict(Enum):
@@ -106,6 +109,8 @@ class MetadataStore(Protocol):
 
     def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
     def check_deployment(self) -> None: ...  # raises DeploymentChanged after a reset
+    def add_foreign_skipped(self, n: int) -> None: ...  # other deployments' entries passed
+    def foreign_skipped(self) -> int: ...
     def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it
     def txns_writing_other_form(self, wire: int) -> list[TxnId]: ...  # may append the other
 
@@ -115,6 +120,9 @@ class MetadataStore(Protocol):
                    replace: TxnId | None = None) -> TxnHeader: ...
     def get_header(self, txn_id: TxnId) -> TxnHeader | None: ...
     def get_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]: ...
+    def final_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
+        """get_headers for readers: a decision a crash of the primary's host could
+        still lose (durability=waitaof, fsync not confirmed) is given as OPEN."""
     def find_owner(self, owner: str) -> TxnId | None: ...
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
                 segments: Iterable[str] | None = None, sink: SinkBatch | None = None
@@ -168,6 +176,10 @@ class MetadataStore(Protocol):
                     positions: Sequence[str], cumulative: bool) -> None: ...
     def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]: ...
     def list_claims(self, segment: str, subscription: str) -> dict[str, str]: ...
+    def claims_of(self, segment: str, subscription: str,
+                  keys: Sequence[str]) -> ClaimView:
+        """The claim-table rows of these ack keys (one round trip): whether each is
+        free, held by a txn, or consumed under a committed one."""
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None: ...
     def trim_tombstones(self, segment: str, subscription: str, horizon: str,
                         tombstones: Sequence[tuple[str, str]]) -> int: ...

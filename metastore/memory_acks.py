@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pulsar_txn.errors import AckConflict, MetastoreError
 from pulsar_txn.records import TxnId
 
-from .keys import CUM, TOMB, TRIMMED
+from .keys import CUM, TOMB, TRIMMED, ClaimView, claim_view_fields
 from .memory_state import Server
 
 TRIMMED_HOLDER = "an ack at or below the trimmed horizon"  # claim_acks.lua's text
@@ -186,6 +186,11 @@ class AckTables:
     def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
         with self._s.lock:
             return dict(self._s.claims.get((segment, subscription), {}))
+
+    def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
+        with self._s.lock:
+            table = self._s.claims.get((segment, subscription), {})
+            return ClaimView.decode(keys, [table.get(f) for f in claim_view_fields(keys)])
 
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:
         """mark_acks_applied.lua."""

@@ -16,7 +16,14 @@ import redis
 from pulsar_txn.errors import AckConflict
 from pulsar_txn.records import TxnId
 
-from .keys import Keys, record_field, split_record_field, tombstone_arg
+from .keys import (
+    ClaimView,
+    Keys,
+    claim_view_fields,
+    record_field,
+    split_record_field,
+    tombstone_arg,
+)
 from .replies import raise_txn_status, translate
 from .scripts import Scripts
 
@@ -73,6 +80,12 @@ class RedisAcks:
     @translate
     def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
         return self.r.hgetall(self.keys.ack_claims(segment, subscription))
+
+    @translate
+    def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
+        row = self.r.hmget(self.keys.ack_claims(segment, subscription),
+                           claim_view_fields(keys))
+        return ClaimView.decode(keys, row)
 
     @translate
     def trim_tombstones(self, segment: str, subscription: str, horizon: str,

@@ -31,7 +31,7 @@ from pulsar_txn.errors import (
 from pulsar_txn.metastore import MemoryMetadataStore, open_store
 from pulsar_txn.metastore.base import Collected
 from pulsar_txn.metastore.keys import CUM, TOMB, ack_key
-from pulsar_txn.pending_ack import PendingAckStore
+from pulsar_txn.pending_ack import PendingAckStore, settle_committed_acks
 from pulsar_txn.records import (
     PROP_DEPLOYMENT,
     PROP_TXN,
@@ -363,9 +363,38 @@ def test_recovery_applies_committed_acks_a_crash_left(coord, store):
     coord.commit(t)  # the process died before on_end
     broker = Broker()
     fresh = broker.pas(store)
-    assert fresh.recover() == {"applied": 1, "released": 0, "open": 0}
-    assert broker.applied == [([P(3)], False)] and fresh.acked_by_recovery(P(3))
-    assert fresh.recover() == {"applied": 0, "released": 0, "open": 0}  # marked: done
+    assert fresh.recover() == {"applied": 1, "released": 0, "open": 0, "failed": 0}
+    assert broker.applied == [([P(3)], False)]
+    # the tombstone, not the applied ack, is what consumers act on when P(3) comes again
+    assert store.claims_of("s", "sub", [ack_key(P(3))]).of(ack_key(P(3)))[0] == "committed"
+    assert fresh.recover() == {"applied": 0, "released": 0, "open": 0, "failed": 0}
+
+
+def test_committed_acks_the_broker_refuses_are_still_settled(coord, store):
+    """Hole 4: an apply the broker refuses (a cumulative ack on a Shared subscription)
+    never raises out of recovery and never leaves the txn ACKS_PENDING: the tombstones
+    stand for it, and a settle without any consumer does the same for GC."""
+    t = coord.new_transaction().txn_id
+    Broker().pas(store).acknowledge(t, [P(3)], cumulative=True)
+    coord.commit(t)
+
+    def refuse(positions, cumulative):
+        raise RuntimeError("CumulativeAcknowledgementNotAllowedError")
+    fresh = PendingAckStore(store, "s", "sub", apply=refuse)
+    assert fresh.recover() == {"applied": 0, "released": 0, "open": 0, "failed": 1}
+    assert store.get_header(t).open_ack_records == 0
+    assert store.claims_of("s", "sub", [ack_key(P(2))]).of(ack_key(P(2)))[0] == "committed"
+
+
+def test_settle_without_a_consumer_unpins_an_acks_pending_txn(coord, store):
+    t = coord.new_transaction().txn_id
+    Broker().pas(store).acknowledge(t, [P(1), P(4)])
+    coord.commit(t)  # the committing process died before applying
+    assert store.get_header(t).open_ack_records == 1
+    assert settle_committed_acks(store, t) == 1
+    assert store.get_header(t).open_ack_records == 0
+    view = store.claims_of("s", "sub", [ack_key(P(1)), ack_key(P(4)), ack_key(P(2))])
+    assert [view.of(ack_key(P(i)))[0] for i in (1, 4, 2)] == ["committed", "committed", "free"]
 
 
 def test_a_claim_whose_holder_was_collected_is_void(coord, store, clock):

@@ -758,6 +758,29 @@ def test_trimmed_tombstones_leave_their_horizon_as_a_conflict(store):
     assert store.list_claims("s", "sub")[TRIMMED] == K(2)  # raised only
 
 
+def test_claims_of_tells_free_held_and_committed_messages(store):
+    """What a consumer asks before it hands a message out or acks it plainly: held by a
+    txn (individually or under a live cumulative claim), consumed under a committed
+    one (tombstone, committed cumulative horizon, trimmed horizon), or free."""
+    t1, t2, t3 = new_txn(store), new_txn(store), new_txn(store)
+    store.claim_acks(t1, "s", "sub", [K(10)], False)
+    store.claim_acks(t2, "s", "sub", [K(4), K(6)], False)
+    store.release_acks(t2, "s", "sub", [K(4), K(6)], committed=True)
+    store.claim_acks(t3, "s", "sub", [K(9)], True)
+    keys = [K(i) for i in range(1, 13)]
+    view = store.claims_of("s", "sub", keys)
+    kinds = {i: view.of(K(i)) for i in range(1, 13)}
+    assert kinds[10] == ("held", str(t1)) and kinds[8] == kinds[2] == ("held", str(t3))
+    assert kinds[4] == kinds[6] == ("committed", str(t2))
+    assert kinds[11] == kinds[12] == ("free", "")
+    store.release_acks(t3, "s", "sub", committed=True)  # the cumulative claim commits
+    view = store.claims_of("s", "sub", keys)
+    assert view.of(K(8)) == ("committed", str(t3)) and view.of(K(11)) == ("free", "")
+    store.trim_tombstones("s", "sub", K(6), [(K(4), str(t2)), (K(6), str(t2))])
+    assert store.claims_of("s", "sub", [K(4)]).of(K(4))[0] == "committed"
+    assert store.claims_of("s", "other", keys).of(K(10)) == ("free", "")
+
+
 def test_a_cumulative_claim_needs_a_position(store):
     t = new_txn(store)
     with pytest.raises(MetastoreError):
@@ -957,6 +980,8 @@ def test_metrics_snapshot_counts_what_is_pending(store):
     created = {store.get_header(t).created_ms for t in (a, b)}
     assert m["oldest_open_created_ms"] == min(created)
     assert m["open_writes"] == {"s": (2, Position(1, 3)), "t": (1, None)}
+    assert m["sinks"] == {sink: -1}
+    assert abs(m["now_ms"] - store.server_time_ms()) < 5_000
 
 
 # ---- restores of the store (DESIGN §3: ids are never reused after a rollback) ----
@@ -1047,5 +1072,3 @@ def test_ids_are_never_handed_out_twice_whatever_restores_happen(restorable):
         restorable.restore(saved)
         use(restorable.open())
         use(restorable.open())  # a second client of the same start: its own block
-    assert m["sinks"] == {sink: -1}
-    assert abs(m["now_ms"] - store.server_time_ms()) < 5_000

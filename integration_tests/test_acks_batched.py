@@ -1,0 +1,303 @@
+"""Invariant 7 where the client library works against it: batched entries (every
+entry a batching producer writes, the Spark sink's included), acks that are grouped
+and sent later with no receipt, plain acks beside transactional ones, and cumulative
+acks on subscription types that cannot take them (DESIGN §3, issue 26 holes 1-4).
+
+Every test here runs its input both batched (five messages in one broker entry) and
+unbatched, and checks the subscription's cursor with a consumer of a fresh process
+or client, never the consumer that did the work.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pulsar
+import pytest
+
+from pulsar_txn.client import quiet_logger, read_all
+from pulsar_txn.errors import AckConflict, AckNotAllowed, ReadTimeout
+
+N = 5
+
+
+@pytest.fixture(params=["batched", "unbatched"])
+def fill(request, broker, make_client):
+    """Write m0..m4 to a topic: one broker entry (batched) or five. The namespace is
+    created first (a writer's first transaction), as it would be by the producer."""
+    batched = request.param == "batched"
+    make_client().new_transaction().abort()
+
+    def write(topic: str) -> list[bytes]:
+        c = pulsar.Client(broker.service_url, logger=quiet_logger())
+        try:
+            p = c.create_producer(topic, batching_enabled=batched,
+                                  batching_max_messages=N,
+                                  batching_max_publish_delay_ms=60_000)
+            values = [b"m%d" % i for i in range(N)]
+            for v in values:
+                p.send_async(v, None)
+            p.flush()
+            p.close()
+        finally:
+            c.close()
+        return values
+    write.batched = batched
+    return write
+
+
+def _die(client) -> None:
+    """The client's process dies: it learns no outcome, its consumers go with it."""
+    roles = getattr(client, "_opened", None)
+    (roles.watch if roles is not None else client._watch).close()
+    client.read_pulsar.close()
+    client.pulsar.close()
+
+
+def _fresh_values(make_client, t: str, idle_ms: int = 2500) -> list[bytes]:
+    """What a consumer of a new client gets on the subscription, acking it plainly."""
+    c = make_client().subscribe(t, "sub")
+    got = []
+    for m in read_all(c, idle_ms):
+        got.append(m.value)
+        c.acknowledge(m)
+    c.close()  # flushes the grouped acks
+    return sorted(got)
+
+
+def _cursor_is_past_everything(broker, t: str) -> None:
+    """A plain pulsar-client consumer (no pulsar-txn filtering) gets nothing: every
+    message is acknowledged on the broker's cursor, not only hidden by our layer."""
+    c = pulsar.Client(broker.service_url, logger=quiet_logger())
+    try:
+        sub = c.subscribe(t, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        with pytest.raises(pulsar.Timeout):
+            m = sub.receive(2000)
+            pytest.fail(f"the cursor still holds {m.data()!r} ({m.message_id()})")
+        sub.close()
+    finally:
+        c.close()
+
+
+def test_committed_ack_of_some_messages_of_an_entry_acks_only_those(
+        make_client, fill, topic_name):
+    """Hole 1: m0 acked under T1 (commits), m1 under T2 (aborts): after a restart the
+    subscription still delivers m1..m4. pulsar-client acks a whole entry for an id
+    built from numbers, so the applied ack must be the message's own id."""
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    t1, t2 = client.new_transaction(), client.new_transaction()
+    c.acknowledge(msgs[0], txn=t1)
+    c.acknowledge(msgs[1], txn=t2)
+    t2.abort()
+    t1.commit()
+    c.close()
+    assert _fresh_values(make_client, t) == [b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_committed_cumulative_ack_inside_an_entry_stops_at_its_message(
+        make_client, fill, topic_name):
+    """Hole 1, cumulative: acknowledge_cumulative(m1, T) covers m0 and m1 only, not
+    m2..m4 of m1's entry."""
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    with client.transaction() as txn:
+        c.acknowledge_cumulative(msgs[1], txn=txn)
+    c.close()
+    assert _fresh_values(make_client, t) == [b"m2", b"m3", b"m4"]
+
+
+def test_recovery_applies_a_committed_ack_to_exactly_its_messages(
+        make_client, fill, topic_name):
+    """Hole 1 through recovery: the consumer died before it learned the outcome; the
+    commit was taken elsewhere; the restarted consumer's recovery applies the ack of
+    m0 and m2 and hands out m1, m3, m4 (not nothing, not m0..m4)."""
+    t = topic_name()
+    fill(t)
+    crashed = make_client()
+    c = crashed.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    txn = crashed.new_transaction()
+    c.acknowledge(msgs[0], txn=txn)
+    c.acknowledge(msgs[2], txn=txn)
+    _die(crashed)  # it never learns the outcome
+    make_client().coordinator.commit(txn.id)
+    assert _fresh_values(make_client, t) == [b"m1", b"m3", b"m4"]
+
+
+_KILLED_AFTER_COMMIT = textwrap.dedent("""
+    import os, signal, sys
+    from pulsar_txn.client import PulsarTxnClient
+    service, metastore, ns, topic, k = sys.argv[1:6]
+    client = PulsarTxnClient(service, metastore, namespace=ns, sweeper=False)
+    c = client.subscribe(topic, "sub")
+    msgs = [c.receive(10_000) for _ in range(int(k) + 1)]
+    txn = client.new_transaction()
+    for m in msgs[:int(k)]:
+        c.acknowledge(m, txn=txn)
+    txn.commit()
+    os.kill(os.getpid(), signal.SIGKILL)  # inside the ack-grouping window
+""")
+
+
+def test_consumer_crash_between_commit_and_ack_application_recovers(
+        make_client, fill, topic_name, broker, redis_server, namespace):
+    """Hole 2: a consumer process SIGKILLed right after commit() returns (its acks
+    still grouped in pulsar-client, never sent). The committed messages reach the
+    cursor anyway: a restarted consumer never hands them out again, and once it has
+    acked the rest, a plain consumer finds the subscription empty."""
+    t = topic_name()
+    fill(t)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_COMMIT, broker.service_url,
+         redis_server.url, namespace, t, "3"],
+        capture_output=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert _fresh_values(make_client, t) == [b"m3", b"m4"]
+    _cursor_is_past_everything(broker, t)
+
+
+def test_committed_ack_survives_a_broker_restart_with_the_consumer_living_on(
+        make_client, fill, topic_name, broker):
+    """Hole 2, the broker's side: the broker restarts right after the commit and the
+    consumer lives on; acks lost with the connection are applied again when the
+    broker redelivers, and the committed messages are never handed out again."""
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite restarts lose the topic's data")
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    with client.transaction() as txn:
+        for m in msgs[:3]:
+            c.acknowledge(m, txn=txn)
+    broker.restart()
+    # the broker redelivers all five: the committed ones are acked again, and m3, m4
+    # (handed out, not acked) are not handed out a second time
+    again = [m.value for m in read_all(c, 8000)]
+    assert again == [], "messages were handed out again"
+    for m in msgs[3:]:
+        c.acknowledge(m)
+    c.close()
+    _cursor_is_past_everything(broker, t)
+
+
+def test_redelivered_message_with_a_committed_ack_is_acked_not_handed_out(
+        make_client, fill, topic_name, broker):
+    """Hole 2 across consumers (Shared): A commits acks of m0..m2 and dies before
+    they reach the broker; B, already subscribed, gets them redelivered: B acks them
+    again and hands out only m3 and m4."""
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite 0.2 takes no second consumer on a Shared subscription")
+    t = topic_name()
+    fill(t)
+    b_client = make_client()
+    b = b_client.subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                           receiver_queue_size=1)
+    a_client = make_client()
+    a = a_client.subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        a_msgs = [a.receive(5000) for _ in range(N)]
+    except ReadTimeout:
+        pytest.skip("the broker dispatched part of the input to B first")
+    txn = a_client.new_transaction()
+    for m in a_msgs[:3]:
+        a.acknowledge(m, txn=txn)
+    _die(a_client)  # A never applies the acks: it dies with them
+    b_client.coordinator.commit(txn.id)
+    got = sorted(m.value for m in read_all(b, 5000))
+    assert got == [b"m3", b"m4"]
+
+
+def test_plain_ack_of_a_message_an_open_txn_holds_conflicts(
+        make_client, fill, topic_name):
+    """Hole 3: PENDING_ACK refuses a plain ack as it refuses another txn's; after the
+    holder aborts the message is handed out again and can be acked."""
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    txn = client.new_transaction()
+    c.acknowledge(msgs[1], txn=txn)
+    with pytest.raises(AckConflict) as err:
+        c.acknowledge(msgs[1])
+    assert err.value.holder == str(txn.id)
+    with pytest.raises(AckConflict):
+        c.acknowledge_cumulative(msgs[3])  # m1 lies below it
+    txn.abort()
+    c.acknowledge_cumulative(msgs[4])  # the claim is gone: a plain ack passes
+    c.close()
+    assert _fresh_values(make_client, t) == []
+
+
+def test_plain_ack_of_a_message_a_committed_txn_acked_conflicts(
+        make_client, fill, topic_name):
+    """Hole 3: a message consumed under a committed txn cannot be consumed again by a
+    plain ack (a copy redelivered before the cursor knew)."""
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    with client.transaction() as txn:
+        c.acknowledge(msgs[2], txn=txn)
+    with pytest.raises(AckConflict) as err:
+        c.acknowledge(msgs[2])
+    assert err.value.committed
+
+
+@pytest.mark.parametrize("kind", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
+def test_cumulative_txn_ack_on_a_shared_subscription_is_refused_at_ack_time(
+        make_client, fill, topic_name, kind):
+    """Hole 4: refused when made, as pulsar-client refuses a plain one, never at
+    commit; the subscription stays openable and the txn commits without it."""
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub", consumer_type=kind)
+    m = c.receive(5000)
+    txn = client.new_transaction()
+    with pytest.raises(AckNotAllowed) as err:
+        c.acknowledge_cumulative(m, txn=txn)
+    assert "Shared" in str(err.value) and "sub" in str(err.value)
+    txn.commit()
+    c.close()
+    again = make_client().subscribe(t, "sub", consumer_type=kind)
+    assert again.recovered["failed"] == 0
+    assert len(list(read_all(again, 2500))) == N
+
+
+def test_a_post_decision_apply_failure_never_makes_a_subscription_unopenable(
+        make_client, fill, topic_name):
+    """Hole 4: a committed ack record that cannot be applied as recorded (a cumulative
+    ack on what is now a Shared subscription, written by an older build) neither
+    stops subscribe() nor stays ACKS_PENDING: its messages are settled and never
+    handed out again."""
+    from pulsar_txn.metastore.keys import ack_key
+
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    c.close()
+    txn = client.new_transaction()
+    key = ack_key(msgs[1].position)
+    client.store.claim_acks(txn.id, c.segment, "sub", [key], True, [])
+    client.store.record_acks(txn.id, c.segment, "sub", [key], True)
+    client.coordinator.commit(txn.id)
+    assert client.store.get_header(txn.id).open_ack_records == 1
+    shared = make_client().subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    assert sorted(m.value for m in read_all(shared, 2500)) == [b"m2", b"m3", b"m4"]
+    assert client.store.get_header(txn.id).open_ack_records == 0

@@ -229,3 +229,13 @@ def test_txn_id_parse_accepts_only_the_canonical_text(text):
     except InvalidTxnId:
         return
     assert str(t) == text and 0 <= t.partition and 0 <= t.seq < 2**63
+
+
+@pytest.mark.parametrize("layout", ["plain", "spread1"])
+@pytest.mark.parametrize("p", [-1, P, 99, 2**40])
+def test_keys_of_a_partition_the_namespace_lacks_are_refused_not_aliased(layout, p):
+    """A negative index would name another partition's keys in the spread layout's
+    tuple (``tags[-1]``), a large one raise IndexError: both refused with a clear error."""
+    keys = Keys("ns", P, layout=layout)
+    with pytest.raises(ValueError, match="not one of namespace"):
+        keys.header(p, 1)

@@ -26,13 +26,14 @@ from pulsar_txn.admin import AdminAuth, check_admin_url
 from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.buffer import TransactionBuffer
 from pulsar_txn.connection import naming, quiet_logger
+from pulsar_txn.consumer import Consumer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.errors import ConfigError, NamespaceNotFound
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore, Watch
 from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.producer import Producer
-from pulsar_txn.readers import Consumer, Reader, ReadSide, read_all
+from pulsar_txn.readers import Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.dag import is_scalable

@@ -21,6 +21,7 @@ from pulsar_txn.errors import (
     TxnTimedOut,
 )
 from pulsar_txn.metastore.base import Collected, Materialized, MetadataStore
+from pulsar_txn.pending_ack import settle_committed_acks
 from pulsar_txn.records import SinkBatch, TxnHeader, TxnId
 from pulsar_txn.state import TxnState
 
@@ -183,6 +184,12 @@ class TransactionCoordinator:
             status = self.store.gc_txn(txn_id, cutoff)
             if status is Collected.UNMATERIALIZED:  # never drop a header before its losers listed
                 self.materialize(txn_id)
+                status = self.store.gc_txn(txn_id, cutoff)
+            if status is Collected.ACKS_PENDING:
+                # its consumers died before writing the tombstones; they need no broker,
+                # and they make every consumer ack the messages on delivery: an
+                # unapplied ack never pins the watermark past the retention (hole 4)
+                settle_committed_acks(self.store, txn_id)
                 status = self.store.gc_txn(txn_id, cutoff)
             if status is Collected.DONE:
                 removed += 1

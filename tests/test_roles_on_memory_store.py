@@ -166,14 +166,20 @@ def test_the_gc_sweep_respects_retention_and_keeps_the_losers(coord, store, cloc
     write(store, t, "s", "lose", 2)
     store.end_txn(t, COMMITTED, ["win"])  # not materialized: the sweep must do it first
     pending = coord.new_transaction().txn_id
-    store.record_acks(pending, "s", "sub", [ack_key(Position(1, 1))], False)
-    coord.commit(pending)
+    key = ack_key(Position(1, 1))
+    store.claim_acks(pending, "s", "sub", [key], False)
+    store.record_acks(pending, "s", "sub", [key], False)
+    coord.commit(pending)  # its consumer died before applying: ACKS_PENDING
+    assert store.gc_txn(pending, clock.ms) is Collected.ACKS_PENDING
     assert coord.sweep_gc(retention_ms=10_000) == 0
     clock.advance(10_001)
-    assert coord.sweep_gc(retention_ms=10_000) == 1
+    # past the retention an ACKS_PENDING txn is settled (tombstones, no broker needed)
+    # and collected: it never pins the watermark (issue 26 hole 4)
+    assert coord.sweep_gc(retention_ms=10_000) == 2
     assert store.get_header(t) is None and store.collected([t]) == {t}
     assert store.aborted_writers("s", [(t, "win"), (t, "lose")]) == {(t, "lose")}
-    assert store.gc_txn(pending, clock.ms) is Collected.ACKS_PENDING  # acks not applied
+    assert store.get_header(pending) is None
+    assert store.claims_of("s", "sub", [key]).of(key) == ("committed", str(pending))
 
 
 def test_the_background_materializer_cleans_after_commit_returns(store):

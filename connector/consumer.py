@@ -1,0 +1,264 @@
+"""READ_COMMITTED consumer of one plain topic (segment) with transactional acks.
+
+The read path is the readers' (GatedStream); what a consumer adds is the
+PendingAckStore's client side: which id an ack uses, what a received message
+already consumed under a committed transaction becomes, and which plain acks
+conflict (DESIGN §3, "Acks").
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pulsar
+
+from pulsar_txn.admin import admin_request, admin_topic_path
+from pulsar_txn.errors import AckConflict, AckNotAllowed, InvalidTxnId
+from pulsar_txn.message import TxnMessage
+from pulsar_txn.metastore.keys import Claims, ack_key, ack_position
+from pulsar_txn.pending_ack import PendingAckStore
+from pulsar_txn.readers import DRAIN, GatedStream, ReadSide
+from pulsar_txn.records import Position, TxnId
+from pulsar_txn.state import TxnState
+from pulsar_txn.topics import normalize_topic
+from pulsar_txn.transaction import Transaction
+
+
+class Consumer(GatedStream):
+    """READ_COMMITTED consumer; ``acknowledge(..., txn=)`` makes the ack transactional.
+
+    Every ack of a message uses the id of the copy this consumer received last:
+    pulsar-client acks the whole entry for an id it did not hand out, and a batched
+    entry holds many messages. Received messages are checked against the
+    subscription's claim table first (one round trip per drained batch): a message
+    consumed under a committed transaction is acked again, never handed out (its
+    first ack may have died in pulsar-client's ack grouping, or with a broker
+    connection); a copy of one this consumer's open transaction holds is not handed
+    out twice.
+    """
+
+    def __init__(self, side: ReadSide, topic: str, subscription: str,
+                 consumer_type: pulsar.ConsumerType = pulsar.ConsumerType.Exclusive,
+                 initial_position: pulsar.InitialPosition = pulsar.InitialPosition.Earliest,
+                 **kwargs) -> None:
+        dedupe = consumer_type in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover)
+        super().__init__(side, normalize_topic(topic), dedupe=dedupe)
+        kwargs.setdefault("negative_ack_redelivery_delay_ms", 200)
+        self._c = side.pulsar.subscribe(self.segment, subscription, consumer_type=consumer_type,
+                                          initial_position=initial_position, **kwargs)
+        self._native = self._c._consumer  # native messages: no wrapper object per message
+        self.subscription = subscription
+        self._type = consumer_type
+        # (cumulative acks: Exclusive and Failover only, as pulsar-client's)
+        self._track = dedupe
+        # Messages handed out and not acked since -> the native id of the newest copy
+        # received (what an ack of it must use). Insertion ordered: a cumulative ack
+        # under a txn names those up to it (``given``), so one that was acked under
+        # another, committed txn and handed out again conflicts.
+        self._handed: dict[Position, object] = {}
+        # handed out while another process's txn held them: a plain ack re-checks
+        self._held_elsewhere: set[Position] = set()
+        self._claims_seen = False  # this subscription has transactional claims
+        self.reacked = 0  # deliveries of messages consumed under a committed txn
+        self.acks = PendingAckStore(side.store, self.segment, subscription,
+                                    apply=self._apply_acks, redeliver=self._redeliver,
+                                    cursor=self._cursor if side.admin_url else None)
+        side.participants.register(self.acks)
+        self.recovered = self.acks.recover()
+
+    def _pull(self, timeout_ms: int) -> None:
+        receive = self._native.receive
+        got = []
+        try:
+            got.append(receive(timeout_ms))
+            for _ in range(DRAIN):
+                got.append(receive(0))
+        except pulsar.Timeout:
+            pass
+        if got:
+            self._ingest(self._unclaimed(got))
+
+    def _unclaimed(self, raws: list) -> list:
+        """The received messages to hand out: a message consumed under a committed txn
+        is acked again (with this copy's id) and dropped; a new copy of one this
+        consumer handed out and has not acked replaces the old one's id and is not
+        handed out twice (unless an abort asked for it again)."""
+        positions = [Position.of(raw.message_id()) for raw in raws]
+        view = self._side.store.claims_of(self.segment, self.subscription,
+                                          [ack_key(p) for p in positions])
+        out = []
+        for raw, p in zip(raws, positions):
+            kind, holder = view.of(ack_key(p))
+            if kind == "committed":
+                self._native.acknowledge(raw)
+                self._handed.pop(p, None)
+                self.reacked += 1
+                continue
+            if kind == "held":
+                self._claims_seen = True
+            if p in self._handed:
+                self._handed[p] = raw.message_id()
+                if (p.ledger, p.entry, p.batch) not in self._expect:
+                    continue
+            if kind == "held" and not self.acks.claimed_by_own(p):
+                self._held_elsewhere.add(p)
+            out.append(raw)
+        return out
+
+    def _on_skip(self, raw) -> None:
+        self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
+
+    def receive(self, timeout_millis: int | None = None) -> TxnMessage:
+        head = self._next_raw(timeout_millis)
+        self._handed[Position.of(head[1])] = head[1]
+        return self._wrap(head)
+
+    def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        p = message.position
+        if txn is None:
+            if self._claims_seen or p in self._held_elsewhere:
+                self._refuse_plain_ack_of_claimed([ack_key(p)])
+            self._native.acknowledge(self._handed.get(p) or message.message_id)
+            self._held_elsewhere.discard(p)
+        else:
+            txn.enlist(self.acks)
+            self._claims_seen = True
+            self.acks.acknowledge(txn.id, [p], cumulative=False)
+        if txn is None:
+            self._handed.pop(p, None)
+        if self._expect:  # acked: a late copy of it is a duplicate again
+            self._expect.discard((p.ledger, p.entry, p.batch))
+
+    def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        upto = message.position
+        if not self._track:
+            raise AckNotAllowed(
+                f"{self.segment}: subscription {self.subscription!r} is "
+                f"{_type_name(self._type)}: a cumulative ack is allowed on Exclusive and "
+                "Failover subscriptions only (as pulsar-client's); ack each message")
+        if txn is None:
+            if self._claims_seen or self._held_elsewhere:
+                self._refuse_plain_cumulative_over_claims(upto)
+            self._ack_cumulative_native(upto)
+            self._held_elsewhere = {p for p in self._held_elsewhere if p > upto}
+        else:
+            txn.enlist(self.acks)
+            self._claims_seen = True
+            given = [p for p in self._handed if p <= upto]
+            try:
+                self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
+            except AckConflict as conflict:
+                if conflict.committed:  # a redelivery of an acked message: never again
+                    known = ack_position(conflict.position)
+                    native = self._handed.pop(known, None)
+                    if native is not None:
+                        self._native.acknowledge(native)
+                raise
+            return
+        if self._handed:
+            self._handed = {p: m for p, m in self._handed.items() if p > upto}
+
+    def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:
+        """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
+        consumed under a committed one, conflicts like another transaction's would."""
+        view = self._side.store.claims_of(self.segment, self.subscription, keys)
+        for key in keys:
+            kind, holder = view.of(key)
+            if kind == "committed":
+                raise AckConflict(key, holder or "(on the cursor)", committed=True)
+            if kind == "held" and self._holder_alive(holder):
+                raise AckConflict(key, holder)
+
+    def _refuse_plain_cumulative_over_claims(self, upto: Position) -> None:
+        top = ack_key(upto)
+        claims = Claims.decode(self._side.store.list_claims(self.segment, self.subscription))
+        held = [(k, h) for k, h in claims.live.items() if k <= top]
+        if claims.cumulative is not None:
+            held.append((claims.cumulative[1], claims.cumulative[0]))
+        for key, holder in sorted(held):
+            if self._holder_alive(holder):
+                raise AckConflict(key, holder)
+
+    def _holder_alive(self, holder: str) -> bool:
+        """A claim binds while its holder may still commit (an aborted one is void)."""
+        try:
+            h = self._side.store.get_header(TxnId.parse(holder))
+        except InvalidTxnId:
+            return False
+        return h is not None and h.state is not TxnState.ABORTED
+
+    def _ack_cumulative_native(self, upto: Position) -> None:
+        """A cumulative ack up to ``upto`` and no further: the messages of ``upto``'s
+        batched entry handed out up to it are acked one by one with their own ids,
+        and whole entries before it cumulatively (an id built from numbers with a
+        batch index would ack the rest of the entry too)."""
+        if upto.batch < 0:
+            self._native.acknowledge_cumulative(_entry_id(upto.ledger, upto.entry))
+            return
+        if upto.entry > 0:
+            self._native.acknowledge_cumulative(_entry_id(upto.ledger, upto.entry - 1))
+        for p, native in list(self._handed.items()):
+            if p <= upto and (upto.entry == 0 or p.entry_position == upto.entry_position):
+                self._native.acknowledge(native)
+
+    def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
+        """A committed txn's acks, as far as this consumer can apply them exactly: a
+        message it handed out by its own id, an unbatched one by numbers (its entry is
+        the message). Any other (a batched message received by another consumer or
+        before a restart) is acked when it is delivered: its tombstone covers it."""
+        if cumulative:
+            for upto in positions:
+                if self._track:
+                    self._ack_cumulative_native(upto)
+                self._handed = {p: m for p, m in self._handed.items() if p > upto}
+            return
+        for p in positions:
+            native = self._handed.pop(p, None)
+            if native is not None:
+                self._native.acknowledge(native)
+            elif p.batch < 0:
+                self._native.acknowledge(_entry_id(p.ledger, p.entry))
+
+    def _cursor(self) -> Position | None:
+        """The subscription's mark-delete position (admin internalStats), if known."""
+        stats = admin_request(self._side.admin_url, "GET",
+                              admin_topic_path(self.segment) + "/internalStats",
+                              auth=self._side.admin_auth)
+        cursors = (stats or {}).get("cursors") or {}
+        cur = cursors.get(self.subscription) or cursors.get(
+            urllib.parse.quote(self.subscription, safe=""))
+        mark = (cur or {}).get("markDeletePosition")
+        if not mark or ":" not in mark:
+            return None
+        ledger, entry = (int(x) for x in mark.split(":"))
+        return Position(ledger, entry) if ledger >= 0 and entry >= 0 else None
+
+    def _redeliver(self, positions: list[Position]) -> None:
+        """The acks of an aborted txn: the broker delivers those messages again. On an
+        Exclusive or Failover subscription it rewinds to the oldest unacked message,
+        so the copies must pass this consumer's duplicate filter."""
+        if not positions:
+            return
+        if len(self._expect) > 100_000:  # copies that never came: forget them
+            self._expect.clear()
+        self._expect.update((p.ledger, p.entry, p.batch) for p in positions)
+        for p in positions:
+            native = self._handed.get(p)
+            if native is None:
+                native = pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id
+            # the wrapper's negative_acknowledge takes only the native id
+            self._c.negative_acknowledge(native)
+
+    def close(self) -> None:
+        self._side.participants.unregister(self.acks)
+        self._c.close()
+
+
+def _entry_id(ledger: int, entry: int):
+    """The native id of a whole entry (no batch index: acks every message in it)."""
+    return pulsar.MessageId(-1, ledger, entry, -1)._msg_id
+
+
+def _type_name(kind: pulsar.ConsumerType) -> str:
+    return {pulsar.ConsumerType.Shared: "Shared",
+            pulsar.ConsumerType.KeyShared: "Key_Shared"}.get(kind, str(kind))

@@ -149,6 +149,12 @@ class PulsarTxnClient:
         return self._roles(create=True).buffer
 
     @property
+    def _watch(self) -> Watch:
+        """The store's event watch (tests close it to play a process that learns
+        no outcome)."""
+        return self._roles(create=True).watch
+
+    @property
     def read_side(self) -> ReadSide:
         """What readers and consumers share; never creates the namespace."""
         roles = self._roles(create=False)

@@ -51,8 +51,7 @@ def fill(request, broker, make_client):
 
 def _die(client) -> None:
     """The client's process dies: it learns no outcome, its consumers go with it."""
-    roles = getattr(client, "_opened", None)
-    (roles.watch if roles is not None else client._watch).close()
+    client._watch.close()
     client.read_pulsar.close()
     client.pulsar.close()
 

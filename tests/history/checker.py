@@ -27,7 +27,9 @@ Checked per segment (topic) and per subscription:
   on the cursor at the end), aborted-ack-applied (an ack applied although its only
   transaction aborted), redelivered-after-commit (a consumer handed out a message
   after a transaction that acked it was reported committed), batch-twice (two
-  transactions of one Spark micro-batch committed, or one batch row visible twice).
+  transactions of one Spark micro-batch committed), duplicate-row (one logical row,
+  a micro-batch's or a consume-transform-produce step's output for one input, returned
+  twice by one reader: exactly-once end to end).
 """
 
 from __future__ import annotations
@@ -285,13 +287,7 @@ class _Checker:
         committed_ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and c.outcome == OK}
         for (topic, sub), by_value in acks.items():
             for v, ops in by_value.items():
-                takers = [(o, committed_ok.get(o.args["txn"])) for o in ops
-                          if o.args.get("txn") is None or o.args["txn"] in committed_ok]
-                if len(takers) > 1:
-                    (a1, c1), (a2, c2) = takers[:2]
-                    self.flag("double-ack", f"{v} was acknowledged on {topic}|{sub} twice, "
-                              "each time by a plain ack or a committed transaction",
-                              self.sends.get(v), a1, c1, a2, c2)
+                self.acked_twice(f"{topic}|{sub}", v, ops, committed_ok)
         for op in self.ops:
             if op.f == "receive" and op.outcome in (OK, UNKNOWN):
                 key = (op.args["topic"], op.args["sub"])
@@ -323,6 +319,26 @@ class _Checker:
                                f"{v}, which only it acked, is gone from {key[0]}|{key[1]}",
                                before[0], op)
 
+    def acked_twice(self, where: str, v: str, ops: list[Op], committed: dict[str, Op]) -> None:
+        """Two committed transactions acked ``v``, or a plain ack of it was accepted
+        while a transaction that then committed held it (PENDING_ACK). Two plain acks
+        are not an anomaly: a crash may lose the first."""
+        held = [(a, committed[a.args["txn"]]) for a in ops if a.args.get("txn") in committed]
+        if len({a.args["txn"] for a, _ in held}) > 1:
+            (a1, c1), (a2, c2) = held[:2]
+            self.flag("double-ack", f"{v} was acknowledged on {where} by two committed "
+                      f"transactions, {a1.args['txn']} and {a2.args['txn']}",
+                      self.sends.get(v), a1, c1, a2, c2)
+            return
+        for a, c in held:
+            plain = next((p for p in ops if p.args.get("txn") is None
+                          and a.completed < p.invoked and p.completed < c.completed), None)
+            if plain is not None:
+                self.flag("double-ack", f"a plain ack of {v} on {where} was accepted while "
+                          f"{a.args['txn']} held it, and {a.args['txn']} committed",
+                          self.sends.get(v), a, plain, c)
+                return
+
     # ---- Spark micro-batches ----
     def batches(self) -> None:
         by_batch: dict[tuple, list[Op]] = defaultdict(list)
@@ -343,7 +359,7 @@ class _Checker:
                 if row is None:
                     continue
                 if row in rows:
-                    self.flag("batch-twice", f"reader session {s.name} returned row {row} "
+                    self.flag("duplicate-row", f"reader session {s.name} returned row {row} "
                               f"twice ({rows[row][0]} and {v})", self.sends[rows[row][0]],
                               self.sends[v], rows[row][1], op)
                 rows[row] = (v, op)

@@ -1,0 +1,228 @@
+"""The workload: client-API operations on a PulsarTxnClient, each recorded in the
+history with its invocation and its completion.
+
+Why one module for the memory test and the real services: the same operations,
+with the same recording rules, run against a fake broker on the in-memory store
+(tests/test_history_stateful.py) and against a real broker and Valkey
+(integration_tests/test_history_chaos.py); only the client and the faults differ.
+
+Recording rules: a send's value is unique (``v<n>``); a send or commit that raised
+an error the API documents as "not done" (fenced, timed out, a failed append) is
+``fail``; one whose process died before it answered is ``unknown`` (``History.crash``).
+Transactions are labelled by their id, unique as long as the store never hands an
+id out twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pulsar
+
+from pulsar_txn.errors import (
+    AckConflict,
+    AppendFailed,
+    InvalidTxnTransition,
+    ReadTimeout,
+    TxnNotFound,
+    TxnNotOpen,
+)
+from pulsar_txn.records import SinkBatch, TxnId
+from pulsar_txn.state import TxnState
+from pulsar_txn.topics import normalize_topic
+from pulsar_txn.transaction import Transaction
+
+from .model import History
+
+# documented refusals: the send is not stored / the end is not this one
+REFUSED = (TxnNotOpen, AppendFailed, InvalidTxnTransition, TxnNotFound)
+_values = itertools.count()
+
+
+def fresh_value() -> str:
+    return f"v{next(_values)}"
+
+
+class Process:
+    """One client process of the workload: its client, producers, open transactions,
+    reader sessions and consumer."""
+
+    def __init__(self, name: str, client, history: History) -> None:
+        self.name, self.client, self.h = name, client, history
+        self.producers: dict[str, object] = {}
+        self.txns: dict[str, object] = {}  # label -> Transaction, while this process holds it
+        self.readers: dict[str, tuple[str, object]] = {}  # session -> (topic, reader)
+        self.consumer = None
+        self.held: list = []  # messages received, not acked yet
+        self.txn_acked: list = []  # messages acked under a transaction
+        self._sessions = itertools.count()
+
+    # ---- transactions ----
+    def begin(self, timeout_ms: int) -> str:
+        txn = self.client.new_transaction(timeout_ms)
+        label = str(txn.id)
+        self.txns[label] = txn
+        return label
+
+    def producer(self, topic: str):
+        p = self.producers.get(topic)
+        if p is None:
+            p = self.producers[topic] = self.client.create_producer(topic)
+        return p
+
+    def send(self, topic: str, txn: str | None = None, key: str | None = None,
+             row: str | None = None) -> str:
+        value = fresh_value()
+        producer = self.producer(topic)
+        op = self.h.invoke(self.name, "send", topic=topic, value=value, key=key, txn=txn,
+                           writer=producer.writer_id, row=row)
+        try:
+            mid = producer.send(value.encode(), key=key,
+                                txn=self.txns[txn] if txn else None)
+        except REFUSED as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return value
+        except pulsar.Timeout as e:  # stored or not: the client cannot tell
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
+            return value
+        self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+        return value
+
+    def commit(self, label: str) -> None:
+        txn = self.txns.pop(label)
+        op = self.h.invoke(self.name, "commit", txn=label, winners=None)
+        try:
+            txn.commit()
+        except REFUSED as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        self.h.ok(op)
+
+    def commit_unanswered(self, label: str, landed: bool) -> None:
+        """The process dies while committing: the decision is made (``landed``) or not,
+        and the client never learns which."""
+        txn = self.txns.pop(label)
+        op = self.h.invoke(self.name, "commit", txn=label, winners=None)
+        if landed:  # the CAS, without the client's own follow-up (acks applied here)
+            try:
+                txn.flush()
+                self.client.coordinator.end_transaction(TxnId.parse(label), TxnState.COMMITTED,
+                                                        sorted(txn.writers), txn.segments)
+            except REFUSED:
+                pass
+        self.h.unknown(op, "the committer died before the answer")
+
+    def abort(self, label: str) -> None:
+        txn = self.txns.pop(label)
+        op = self.h.invoke(self.name, "abort", txn=label)
+        try:
+            txn.abort()
+        except REFUSED as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        self.h.ok(op)
+
+    # ---- readers ----
+    def read(self, topic: str, session: str | None = None, start="earliest",
+             complete: bool = False) -> str:
+        """Read what is readable now in ``session`` (a new one if None)."""
+        if session is None or session not in self.readers:
+            session = session or f"{self.name}.r{next(self._sessions)}"
+            self.readers[session] = (topic, self.client.create_reader(topic, start),
+                                     start if isinstance(start, str) else
+                                     (start.ledger, start.entry, start.batch))
+        topic, reader, first = self.readers[session]
+        op = self.h.invoke(self.name, "read", topic=topic, session=session, start=first)
+        values = []
+        try:
+            while True:
+                m = reader.read_next(1000)
+                p = m.position
+                values.append(((p.ledger, p.entry, p.batch), m.value.decode()))
+        except ReadTimeout:
+            pass
+        self.h.ok(op, values=values, complete=complete)
+        return session
+
+    # ---- a consumer ----
+    def subscribe(self, topic: str, sub: str) -> None:
+        self.consumer = self.client.subscribe(topic, sub)
+        self.session = f"{self.name}.c{next(self._sessions)}"
+
+    def receive(self) -> bool:
+        c = self.consumer
+        op = self.h.invoke(self.name, "receive", topic=c.segment, sub=c.subscription,
+                           session=self.session)
+        try:
+            m = c.receive(1000)
+        except ReadTimeout:
+            self.h.ok(op, values=[])
+            return False
+        p = m.position
+        self.h.ok(op, values=[((p.ledger, p.entry, p.batch), m.value.decode())])
+        self.held.append(m)
+        return True
+
+    def ack(self, txn: str | None, i: int = 0, again: bool = False) -> None:
+        """Ack a held message (``again``: one already acked under a transaction)."""
+        m = (self.txn_acked if again else self.held).pop(i % len(self.txn_acked if again
+                                                                 else self.held))
+        c = self.consumer
+        op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
+                           value=m.value.decode(), txn=txn)
+        try:
+            c.acknowledge(m, txn=self.txns[txn] if txn else None)
+        except (AckConflict, *REFUSED) as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        self.h.ok(op)
+        if txn:
+            self.txn_acked.append(m)
+
+
+    # ---- a Spark micro-batch: one owned transaction, a writer per task attempt ----
+    def batch(self, sink: str, batch_id: int, topic: str, attempts: int, rows: int,
+              timeout_ms: int) -> None:
+        """The streaming sink's protocol, with the sink's own replay guard: each task
+        attempt joins the batch's transaction (``join_batch``: a batch the sink's
+        progress or its owner shows committed writes nothing) and writes every row as
+        its own writer; the driver commits naming the last attempt that finished, and
+        advances the sink's progress in the same CAS."""
+        from pulsar_txn.spark.sink_task import join_batch  # pyspark: only when used
+
+        store, query = self.client.store, f"{sink}-query"
+        winners: list[str] = []
+        txn_id = None
+        for _ in range(attempts):
+            txn_id, done = join_batch(store, sink, query, batch_id, False, timeout_ms)
+            label = str(txn_id) if txn_id is not None else None
+            self.h.ok(self.h.invoke(self.name, "batch", sink=sink, batch_id=batch_id,
+                                    txn=label), replay=done)
+            if done:
+                return
+            producer = self.client.create_producer(topic)
+            joined = Transaction.join(store, txn_id)
+            for r in range(rows):
+                value = fresh_value()
+                op = self.h.invoke(self.name, "send", topic=producer.segment, value=value,
+                                   key=None, txn=label, writer=producer.writer_id,
+                                   row=f"{sink}#{batch_id}/{r}")
+                try:
+                    mid = producer.send(value.encode(), txn=joined)
+                except REFUSED as e:
+                    self.h.fail(op, f"{type(e).__name__}: {e}")
+                    break
+                self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+            else:
+                winners = [producer.writer_id]  # its commit message reached the driver
+        if not winners:
+            return
+        op = self.h.invoke(self.name, "commit", txn=str(txn_id), winners=winners)
+        try:
+            self.client.coordinator.commit(txn_id, winners=winners,
+                                           segments=[normalize_topic(topic)],
+                                           sink=SinkBatch(sink, query, batch_id))
+        except REFUSED as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        self.h.ok(op)

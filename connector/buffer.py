@@ -161,7 +161,9 @@ class TransactionBuffer:
             txn_ids = [t for t in txn_ids if in_id_space(t, parts)]
             if not txn_ids:
                 return
-        headers = self.store.get_headers(txn_ids)
+        # a decision is final once a crash of the store's host can no longer lose it
+        # (durability=waitaof: fsynced; else given as OPEN, and waited for)
+        headers = self.store.final_headers(txn_ids)
         missing = [t for t, h in headers.items() if h is None]
         collected = self.store.collected(missing) if missing else set()
         if len(collected) < len(missing):

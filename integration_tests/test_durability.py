@@ -336,3 +336,67 @@ def test_txn_id_never_reused_when_the_lost_state_held_a_partitions_first_ids(
     """The same, with a backup taken before the partition handed out its first id: the
     lost state held the partition's first ids, and nothing of them survived."""
     _lost_id_reused_scenario(broker, tmp_path, topic_name, "firsts", before_first_use=True)
+
+
+def test_waitaof_reader_never_delivers_a_decision_a_host_crash_can_lose(broker, tmp_path,
+                                                                         topic_name):
+    """durability=waitaof: the commit CAS is visible to every reader at once, and its
+    fsync follows (at most a second later under `appendfsync everysec`). A reader of
+    this mode delivers a transaction's entries only once its decision is fsynced, so a
+    crash of the primary's host can never take back what it showed: a replay after the
+    crash starts with everything delivered before it (invariant 3). The window is made
+    deterministic: the AOF is switched off before the commit, so the decision is never
+    fsynced, and the host crash (a kill, then a start on the same directory) loses it.
+    A reader in `relaxed` mode shows what the weaker mode allows: it delivers the entry."""
+    import time
+
+    import pytest
+    import redis
+
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.errors import PulsarTxnError
+
+    server = RedisServer(tmp_path / "redis", appendfsync="everysec").start()
+    clients = []
+
+    def client(mode: str):
+        c = PulsarTxnClient(broker.service_url, f"{server.url}?durability={mode}",
+                            namespace="fsync", sweeper=False)
+        clients.append(c)
+        return c
+
+    try:
+        writer = client("waitaof")
+        t = topic_name()
+        p = writer.create_producer(t)
+        txn = writer.new_transaction(timeout_ms=3000)
+        p.send(b"decided-never-fsynced", txn=txn)
+        p.send(b"plain")
+        readers = {mode: client(mode).create_reader(t) for mode in ("waitaof", "relaxed")}
+        redis.Redis.from_url(server.url).config_set("appendonly", "no")
+        with pytest.raises(PulsarTxnError):  # the committer is told: not confirmed
+            writer.coordinator.commit(txn.id)
+        assert writer.store.get_header(txn.id).state is TxnState.COMMITTED  # visible
+        delivered = {mode: values(r, idle_ms=1500) for mode, r in readers.items()}
+        server.kill()   # the host crash: what was never fsynced is gone
+        server.start()  # the AOF is on again (the server's own configuration)
+        after = client("waitaof")
+        assert after.store.get_header(txn.id).state is TxnState.OPEN  # the decision is lost
+        time.sleep(3.1)
+        assert after.coordinator.sweep_timeouts() == [txn.id]  # and it ends ABORTED
+        replay = values(after.create_reader(t), idle_ms=1500)
+        assert replay == [b"plain"]
+        assert delivered["relaxed"] == [b"decided-never-fsynced", b"plain"]  # weaker mode
+        assert replay[:len(delivered["waitaof"])] == delivered["waitaof"], (
+            f"a waitaof reader delivered {delivered['waitaof']}, a crash then lost the "
+            f"decision; a replay reads {replay}")
+        # and a decision whose fsync is confirmed is delivered
+        again = after.new_transaction()
+        after.create_producer(t).send(b"fsynced", txn=again)
+        again.commit()
+        assert values(client("waitaof").create_reader(t), idle_ms=1500) == [b"plain",
+                                                                            b"fsynced"]
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()

@@ -206,6 +206,10 @@ class MemoryMetadataStore(AckTables, Layouts):
         with self._s.lock:
             return {t: self.get_header(t) for t in txn_ids}
 
+    def final_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
+        """get_headers: never durable, never losing a decision once taken."""
+        return self.get_headers(txn_ids)
+
     def find_owner(self, owner: str) -> TxnId | None:
         p = partition_of(owner, self.partitions)
         with self._s.lock:

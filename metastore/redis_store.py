@@ -64,6 +64,7 @@ from .keys import (
     is_pending_write,
 )
 from .redis_acks import RedisAcks
+from .redis_fsync import RedisFsync
 from .redis_layouts import RedisLayouts
 from .redis_namespace import RedisNamespace
 from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
@@ -80,7 +81,7 @@ SEQ_BLOCK = 64  # ids a store takes per round trip (next_txn_id hands them out l
 WAITAOF_MS = 10_000  # how long a decision waits for its fsync (durability=waitaof)
 
 
-class RedisMetadataStore(RedisNamespace, RedisWrites, RedisAcks, RedisLayouts):
+class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, RedisLayouts):
     """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
 
     def __init__(self, url: str, namespace: str = "ptxn", partitions: int | None = None,
@@ -298,6 +299,8 @@ class RedisMetadataStore(RedisNamespace, RedisWrites, RedisAcks, RedisLayouts):
                 if res[0] == "ALREADY":  # wrote nothing: WAITAOF must follow a write of ours
                     conn.incr(k.fsync_mark(p))
                 local, _replicas = conn.execute_command("WAITAOF", 1, 0, WAITAOF_MS)
+                if res[0] in ("OK", "ALREADY") and int(local) >= 1:
+                    self.mark_fsynced_after_wait(conn, keys[0], res[1])  # readers trust it
             finally:
                 conn.connection_pool.disconnect()
             if res[0] in ("OK", "ALREADY") and int(local) < 1:
@@ -377,10 +380,10 @@ class RedisMetadataStore(RedisNamespace, RedisWrites, RedisAcks, RedisLayouts):
     @translate
     def gc_txn(self, txn_id: TxnId, cutoff_ms: int) -> Collected:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
-        return COLLECTED[self.scripts.gc_txn(
+        return self.collect_fsynced(txn_id, lambda fs: COLLECTED[self.scripts.gc_txn(
             keys=[k.header(p, seq), k.writes(p, seq), k.acks(p, seq), k.finalized(p),
                   k.owners(p), k.live(p), k.collected(p), k.gc(p), k.gaps(p), k.seq(p)],
-            args=[seq, cutoff_ms])[0]]
+            args=[seq, cutoff_ms, fs])[0]])
 
     @translate
     def collected(self, txn_ids: Sequence[TxnId]) -> set[TxnId]:

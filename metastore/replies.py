@@ -85,7 +85,8 @@ MATERIALIZED = {"OK": Materialized.DONE, "ALREADY": Materialized.ALREADY,
                 "GONE": Materialized.GONE, "OPEN": Materialized.OPEN}
 COLLECTED = {"OK": Collected.DONE, "KEPT": Collected.KEPT, "GONE": Collected.GONE,
              "OPEN": Collected.OPEN, "UNMATERIALIZED": Collected.UNMATERIALIZED,
-             "YOUNG": Collected.YOUNG, "ACKS_PENDING": Collected.ACKS_PENDING}
+             "YOUNG": Collected.YOUNG, "ACKS_PENDING": Collected.ACKS_PENDING,
+             "UNFSYNCED": Collected.UNFSYNCED}
 LAYOUT = {"OK": LayoutVerdict.APPLIED, "STALE": LayoutVerdict.STALE,
           "NOTFOUND": LayoutVerdict.NOT_FOUND, "NOTACTIVE": LayoutVerdict.NOT_ACTIVE}
 

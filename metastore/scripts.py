@@ -72,6 +72,7 @@ class Scripts:
     gc_txn: BoundScript
     init_namespace: BoundScript
     mark_acks_applied: BoundScript
+    mark_fsynced: BoundScript
     materialize_txn: BoundScript
     record_acks: BoundScript
     record_write: BoundScript

@@ -984,6 +984,18 @@ def test_metrics_snapshot_counts_what_is_pending(store):
     assert abs(m["now_ms"] - store.server_time_ms()) < 5_000
 
 
+def test_readers_get_every_decision_a_crash_cannot_lose(store):
+    """final_headers, what readers classify with: with nothing left to fsync (the memory
+    store; Redis in strict mode fsyncs before it replies), every decision as taken.
+    (durability=waitaof: tests/test_waitaof_connection.py.)"""
+    c, a, o = new_txn(store), new_txn(store), new_txn(store)
+    store.end_txn(c, COMMITTED, ["w"])
+    store.end_txn(a, ABORTED, None)
+    forged = TxnId(c.partition, c.seq + 10_000)
+    assert store.final_headers([c, a, o, forged]) == store.get_headers([c, a, o, forged])
+    assert store.final_headers([c])[c].state is COMMITTED
+
+
 # ---- restores of the store (DESIGN §3: ids are never reused after a rollback) ----
 class Restorable:
     """One namespace on a state that can be saved and later started again from a saved

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from pulsar_txn.errors import MetastoreUnavailable
+from pulsar_txn.errors import MetastoreUnavailable, PulsarTxnError
 from pulsar_txn.harness.ports import free_port
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.metastore import RedisMetadataStore
@@ -89,3 +89,42 @@ def test_a_waitaof_cut_mid_wait_is_not_reported_as_fsynced(server):
     finally:
         store.close()
         proxy.close()
+
+
+def test_a_waitaof_reader_acts_on_a_decision_only_once_it_is_fsynced(server):
+    """The store's side of what readers rely on (DESIGN §7): a decision that cannot be
+    confirmed fsynced is given to readers as not taken, and never collected (a
+    collected id is delivered unless listed aborted); once confirmed it is marked, so
+    later reads cost no wait; a committer whose WAITAOF confirmed marks it itself."""
+    import redis
+
+    from pulsar_txn.metastore.base import Collected, Materialized
+
+    r = redis.Redis.from_url(server.url)
+
+    def waits() -> int:
+        return int(r.info("commandstats").get("cmdstat_waitaof", {}).get("calls", 0))
+
+    store = RedisMetadataStore(f"{server.url}?durability=waitaof", namespace="rd")
+    try:
+        t = store.next_txn_id()
+        store.create_txn(t, 60_000)
+        r.config_set("appendonly", "no")  # no fsync can be confirmed now
+        with pytest.raises(PulsarTxnError):  # the committer is told: not confirmed
+            store.end_txn(t, TxnState.COMMITTED, [])
+        assert store.materialize_txn(t) is Materialized.DONE
+        assert store.get_headers([t])[t].state is TxnState.COMMITTED  # visible at once
+        assert store.final_headers([t])[t].state is TxnState.OPEN     # not to readers
+        assert store.gc_txn(t, 10**15) is Collected.UNFSYNCED
+        r.config_set("appendonly", "yes")
+        assert store.final_headers([t])[t].state is TxnState.COMMITTED
+        before = waits()
+        assert store.final_headers([t])[t].state is TxnState.COMMITTED  # marked: no wait
+        u = store.next_txn_id()
+        store.create_txn(u, 60_000)
+        store.end_txn(u, TxnState.ABORTED, None)  # the committer's WAITAOF, then its mark
+        assert store.final_headers([u])[u].state is TxnState.ABORTED
+        assert waits() == before + 1
+        assert store.gc_txn(t, 10**15) is Collected.DONE
+    finally:
+        store.close()

@@ -10,15 +10,17 @@
 -- KEYS[5] owner index  KEYS[6] live ids  KEYS[7] collected ids above the watermark
 -- KEYS[8] gc hash (w = watermark, run)  KEYS[9] gaps of unknown ids  KEYS[10] seq counter
 -- ARGV[1] seq  ARGV[2] cutoff ms (finalized at or before)
+-- ARGV[3] '1': collect only a decision marked fsynced (durability=waitaof: a collected id
+--         is delivered unless listed aborted, so its decision must not be losable)
 -- A txn whose id lies in a gap lived across a server change: its write records may be
 -- lost, so its aborted/losing writers may be unlisted. Its header is kept (KEPT, off the
 -- indexes): for it the header stays the truth, however late an entry is read.
 -- returns {'OK'} | {'KEPT'} | {'GONE'} | {'OPEN'} | {'UNMATERIALIZED'} | {'YOUNG'}
---       | {'ACKS_PENDING'}
+--       | {'ACKS_PENDING'} | {'UNFSYNCED'}
 --#include epoch
 local epoch_err = check_epoch(KEYS[10], KEYS[8], KEYS[9])
 if epoch_err then return epoch_err end
-local h = redis.call('HMGET', KEYS[1], 'st', 'fin', 'ao', 'own', 'mat')
+local h = redis.call('HMGET', KEYS[1], 'st', 'fin', 'ao', 'own', 'mat', 'fs')
 if not h[1] then
   redis.call('ZREM', KEYS[4], ARGV[1])
   return {'GONE'}
@@ -28,6 +30,7 @@ if h[1] == 'OPEN' then return {'OPEN'} end
 if h[5] ~= '1' then return {'UNMATERIALIZED'} end
 if tonumber(h[2]) > tonumber(ARGV[2]) then return {'YOUNG'} end
 if h[1] == 'COMMITTED' and tonumber(h[3] or '0') > 0 then return {'ACKS_PENDING'} end
+if ARGV[3] == '1' and h[6] ~= '1' then return {'UNFSYNCED'} end
 if h[4] and h[4] ~= '' and redis.call('HGET', KEYS[5], h[4]) == ARGV[1] then
   redis.call('HDEL', KEYS[5], h[4])
 end

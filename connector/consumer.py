@@ -144,7 +144,8 @@ class Consumer(GatedStream):
         else:
             txn.enlist(self.acks)
             self._claims_seen = True
-            given = [p for p in self._handed if p <= upto]
+            own = self.acks.acked_by_own
+            given = [p for p in self._handed if p <= upto and not own(p)]
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:

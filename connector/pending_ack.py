@@ -67,6 +67,8 @@ class PendingAckStore:
         self._trimming = False
         self._lock = threading.Lock()
         self._pending: dict[TxnId, list[tuple[list[Position], bool]]] = {}
+        self._own: dict[Position, TxnId] = {}  # individually acked by a pending txn
+        self._own_cumulative: dict[TxnId, Position] = {}
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
@@ -85,6 +87,12 @@ class PendingAckStore:
             raise
         with self._lock:
             self._pending.setdefault(txn_id, []).append((list(positions), cumulative))
+            if cumulative:
+                top = max(positions)
+                if self._own_cumulative.get(txn_id, top) <= top:
+                    self._own_cumulative[txn_id] = top
+            else:
+                self._own.update(dict.fromkeys(positions, txn_id))
 
     def _claim(self, txn_id: TxnId, keys: list[str], cumulative: bool,
                given: list[str]) -> None:
@@ -111,6 +119,11 @@ class PendingAckStore:
         """Apply (COMMITTED) or release (ABORTED) this store's acks of ``txn_id``."""
         with self._lock:
             local = self._pending.pop(txn_id, None)
+            self._own_cumulative.pop(txn_id, None)
+            for ps, cum in local or ():
+                for p in () if cum else ps:
+                    if self._own.get(p) == txn_id:
+                        del self._own[p]
         if local is None and state is TxnState.ABORTED:
             return
         if state is TxnState.COMMITTED:
@@ -261,11 +274,14 @@ class PendingAckStore:
                 stats["open"] += 1
         return stats
 
+    def acked_by_own(self, p: Position) -> bool:
+        """Whether a pending txn of this store's consumer acked ``p`` individually."""
+        return p in self._own
+
     def claimed_by_own(self, p: Position) -> bool:
-        """Whether a txn of this store's consumer holds ``p`` (cumulative: at or below)."""
-        with self._lock:
-            return any(p in ps if not cum else p <= ps[0]
-                       for acks in self._pending.values() for ps, cum in acks)
+        """Whether a pending txn of this store's consumer holds ``p`` (individually, or
+        at or below its cumulative ack)."""
+        return p in self._own or any(p <= top for top in list(self._own_cumulative.values()))
 
 
 def settle_committed_acks(store: MetadataStore, txn_id: TxnId) -> int:

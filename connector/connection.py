@@ -49,6 +49,25 @@ def naming(service_url: str, option: str = "service.url", what: str = "") -> Ite
             "('pulsar.client.operation_timeout_seconds', default 30 s)") from e
 
 
+def check_service_url(url: str, option: str = "service.url") -> str:
+    """The broker URL, refused (shown redacted) unless ``pulsar[+ssl]://host:port[,...]``.
+
+    Credentials never belong in it (Pulsar takes them in ``authParams``), and
+    pulsar-client writes the whole URL into its own log lines and errors, which this
+    layer cannot redact: a URL with userinfo, a query or a fragment is refused here,
+    before any pulsar-client sees it."""
+    if not isinstance(url, str) or not url.startswith(("pulsar://", "pulsar+ssl://")):
+        raise ConfigError(f"option '{option}' must start with pulsar:// or pulsar+ssl://, "
+                          f"got {redact_url(str(url))!r}")
+    rest = url.split("://", 1)[1]
+    if any(c in rest for c in "@?#"):
+        raise ConfigError(f"option '{option}' {redact_url(url)!r} must be "
+                          "pulsar[+ssl]://host:port[,host:port...] with no credentials, "
+                          "query or fragment: credentials go in the authentication "
+                          "options (pulsar.client.authPluginClassName / authParams)")
+    return url
+
+
 def check_reachable(client, service_url: str, topic: str, option: str = "service.url") -> None:
     """One lookup, so a wrong address fails when a query starts, not in a task later."""
     with naming(service_url, option, f"looking up {topic}"):

@@ -48,7 +48,7 @@ def _text(e: BaseException) -> str:
 
 
 @pytest.fixture
-def shown(caplog, capsys):
+def shown(caplog, capfd):
     """Calls ``fn``; returns all it showed: its error (if any), logs and output."""
     caplog.set_level(logging.DEBUG)
 
@@ -60,7 +60,7 @@ def shown(caplog, capsys):
                 made.close()
         except (PulsarTxnError, ValueError, SystemExit) as e:
             shown_error = _text(e)
-        out = capsys.readouterr()
+        out = capfd.readouterr()  # the file descriptors: pulsar-client's C++ log too
         return "\n".join([shown_error, caplog.text, out.out, out.err])
 
     return run
@@ -75,11 +75,24 @@ def _lower(d: dict) -> dict:
     return {k.lower(): v for k, v in d.items()}
 
 
+def _producer_on(service_url: str) -> None:
+    """A client whose broker does not answer: pulsar-client logs each connection attempt
+    (with the URL it was given) and raises at the operation timeout."""
+    from pulsar_txn.client import PulsarTxnClient
+
+    c = PulsarTxnClient(service_url, "memory://", sweeper=False, operation_timeout_seconds=1)
+    try:
+        c.create_producer("persistent://public/default/x")
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("url", SECRET_URLS)
 def test_client_errors_never_show_a_secret(shown, url):
     from pulsar_txn.client import PulsarTxnClient
 
     _clean(shown(lambda: PulsarTxnClient(url, REDIS)))                 # as service.url
+    _clean(shown(lambda: _producer_on(url)))  # pulsar-client logs and errors on the way
     _clean(shown(lambda: PulsarTxnClient(PULSAR, url, sweeper=False)))  # as metastore.url
     _clean(shown(lambda: PulsarTxnClient(PULSAR, "memory://", admin_url=url,
                                          sweeper=False)))
@@ -143,7 +156,7 @@ def test_parsed_spark_options_never_show_a_secret():
     """Option objects are printed in Spark's logs and error pages."""
     from pulsar_txn.spark.options import SinkOptions, SourceOptions
 
-    opts = _lower({"service.url": f"pulsar+ssl://127.0.0.1:1?token={SECRET}",
+    opts = _lower({"service.url": "pulsar+ssl://127.0.0.1:1",
                    "metastore.url": f"redis://app:{SECRET}@127.0.0.1:1/0",
                    "pulsar.client.authPluginClassName": "token",
                    "pulsar.client.authParams": f"token:{TOKEN}"})

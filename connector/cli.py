@@ -18,7 +18,12 @@ import sys
 import time
 
 from pulsar_txn.admin import check_admin_url
-from pulsar_txn.connection import admin_auth, authentication, quiet_logger
+from pulsar_txn.connection import (
+    admin_auth,
+    authentication,
+    check_service_url,
+    quiet_logger,
+)
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
@@ -281,7 +286,8 @@ def _pulsar_client(args):
     tls = {"tls_validate_hostname": bool(args.tls_validate_hostname)}
     if args.tls_trust_certs_file:
         tls["tls_trust_certs_file_path"] = args.tls_trust_certs_file
-    return pulsar.Client(args.service_url, logger=quiet_logger(), **tls,
+    return pulsar.Client(check_service_url(args.service_url, "--service-url"),
+                         logger=quiet_logger(), **tls,
                          **({"authentication": auth} if auth else {})), tls
 
 

@@ -25,13 +25,12 @@ import pulsar
 from pulsar_txn.admin import AdminAuth, check_admin_url
 from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.buffer import TransactionBuffer
-from pulsar_txn.connection import naming, quiet_logger
+from pulsar_txn.connection import check_service_url, naming, quiet_logger
 from pulsar_txn.consumer import Consumer
 from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, DEFAULT_TIMEOUT_MS, TransactionCoordinator
 from pulsar_txn.errors import ConfigError, NamespaceNotFound
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore, Watch
-from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
@@ -91,9 +90,7 @@ class PulsarTxnClient:
         deployment (another namespace or metastore, or this one before a reset),
         counted in each reader's ``skipped_foreign``; by default a reader meeting one
         raises ForeignDeploymentEntries (never delivered either way)."""
-        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise ConfigError(f"service.url {redact_url(service_url)!r} must start with "
-                              "pulsar:// or pulsar+ssl://")
+        check_service_url(service_url)  # no credentials: pulsar-client logs it whole
         self._metastore = (metastore_url, namespace, partitions)
         self._sweep = (sweeper, sweep_interval_s, retention_ms)
         self._opened: _Roles | None = None

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 import pulsar
 
 from pulsar_txn.admin import check_admin_url
-from pulsar_txn.connection import authentication, quiet_logger
+from pulsar_txn.connection import authentication, check_service_url, quiet_logger
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.scalable.dag import is_scalable, normalize_scalable
@@ -192,10 +192,7 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
         raise ConfigError(f"unknown option(s) for the pulsar-txn {role}: {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(shown(k) for k in known))}, "
                           f"{', '.join(p + '*' for p in prefixes)}")
-    service = _required(opts, "service.url")
-    if not service.startswith(("pulsar://", "pulsar+ssl://")):
-        raise ConfigError(f"option 'service.url' must start with pulsar:// or pulsar+ssl://, "
-                          f"got {redact_url(service)!r}")
+    service = check_service_url(_required(opts, "service.url"))
     metastore = _required(opts, "metastore.url")
     if not metastore.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
                                  "rediss+cluster://")):

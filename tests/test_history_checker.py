@@ -339,3 +339,32 @@ def test_a_value_sent_twice_is_a_workload_bug(twice):
     h.send("a", pos=P(1))
     with pytest.raises(ValueError, match="unique"):
         check(h)
+
+
+# ---------------------------------------------------------------- restores of the metastore
+def restored_history(read_after: list) -> H:
+    """T1 commits after the copy the metastore is later restored to: its decision is
+    lost, a reader saw it in between, the sweep aborts T1 after the restore."""
+    h = H()
+    h.send("a", pos=P(0))
+    h.read("r1", [(P(0), "a")])
+    copy = h.now
+    h.send("b", txn="T1", pos=P(1))
+    h.commit("T1")
+    h.read("r1", [(P(1), "b")])
+    h.restore(copy)
+    h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
+    h.send("c", pos=P(2))
+    h.read("r1", read_after)
+    h.read("final", [(P(0), "a")] + read_after, complete=True)
+    return h
+
+
+def test_a_decision_lost_with_a_restore_is_no_anomaly_when_readers_fail_closed():
+    h = restored_history([(P(2), "c")])
+    assert check(h) == [], explain(check(h))
+
+
+def test_a_transaction_whose_decision_was_lost_is_never_delivered_after_the_restore():
+    h = restored_history([(P(1), "b"), (P(2), "c")])
+    assert set(kinds(h)) == {"aborted-read"}

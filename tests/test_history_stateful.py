@@ -194,8 +194,7 @@ class HistoryMachine(RuleBasedStateMachine):
         if lose and self.saved is not None:
             clock, state = self.saved
             self.store.restore_state(state)
-            self.h.forget_decisions_after(clock, "lost with the restore of the metastore")
-            self.h.note("store", "fault", what=f"metastore restored to its copy at #{clock}")
+            self.h.restore(clock)
         else:
             self.store.restore_state(self.store.save_state())
             self.h.note("store", "fault", what="metastore restarted")

@@ -13,6 +13,14 @@ of one transaction returned by one reader and skipped by another are a fractured
 read). An ``unknown`` outcome is no evidence at all, so it is accepted exactly when
 one of the two fates explains everything else.
 
+A restore of the metastore to an earlier copy (``History.restore``) may lose
+decisions clients saw: those become unknown, what readers, consumers and sweeps
+observed between the copy and the restore is set aside (it saw a state that is
+gone), reader sessions start again at the restore, and replays are compared only
+within one era. What must still hold: nothing of a transaction whose decision was
+lost is ever delivered afterwards unless it commits again (fail closed), and
+everything decided before the copy stands.
+
 Checked per segment (topic) and per subscription:
   aborted-read (G1a), open-read (returned before any commit of its transaction was
   invoked), losing-writer-read, phantom-read (a value nobody sent), duplicate-read
@@ -90,6 +98,7 @@ class _Session:
     reads: list[Op]
     delivered: list[tuple[tuple, str, Op]]  # (position, value, the read that returned it)
     complete: bool = False  # read to the end of a quiescent topic
+    era: int = 0  # restores of the metastore before it began
 
     @property
     def high(self) -> tuple:
@@ -127,6 +136,19 @@ class _Checker:
             if op.f in ("read", "receive"):
                 for p, v in op.result.get("values", ()):
                     self.position.setdefault(v, tuple(p))
+        # restores of the metastore: (the copy's clock, the restore's clock)
+        self.restores = [(op.args["lost_after"], op.invoked) for op in self.ops
+                         if op.f == "fault" and "lost_after" in op.args]
+        self.forgotten = {op.args["txn"] for op in self.ops
+                          if op.f == "commit" and op.result.get("forgotten")}
+
+    def era(self, op: Op) -> int:
+        return sum(1 for _, at in self.restores if at < op.invoked)
+
+    def lost(self, op: Op) -> bool:
+        """``op`` observed a state a later restore threw away."""
+        done = op.completed if op.completed is not None else op.invoked
+        return any(copy < done < at for copy, at in self.restores)
 
     def flag(self, kind: str, message: str, *ops: Op) -> None:
         self.anomalies.append(Anomaly(kind, message, tuple(o for o in ops if o is not None)))
@@ -149,24 +171,36 @@ class _Checker:
                            f"its commit failed ({op.result.get('error')})", op)
             elif op.f == "abort" and op.outcome == OK:
                 self.prove(op.args["txn"], ABORTED, "abort-ok", "its abort succeeded", op)
-            elif op.f == "sweep" and op.outcome == OK:
+            elif op.f == "sweep" and op.outcome == OK and not self.lost(op):
                 for t in op.result.get("aborted", ()):
                     self.prove(t, ABORTED, "swept", "the timeout sweep aborted it", op)
 
     # ---- reads ----
     def sessions(self) -> list[_Session]:
-        out: dict[str, _Session] = {}
+        out: dict[tuple[str, int], _Session] = {}
+        last: dict[str, tuple | None] = {}  # per session: the last position returned
         for op in self.ops:
             if op.f != "read" or op.outcome not in (OK, UNKNOWN):
                 continue
-            s = out.get(op.args["session"])
+            name = op.args["session"]
+            if self.lost(op):  # it saw a state that is gone: only where it ended counts
+                got = [tuple(p) for p, _ in op.result.get("values", ())]
+                last[name] = max(got, default=last.get(name))
+                continue
+            key = (name, self.era(op))
+            s = out.get(key)
             if s is None:
                 start = op.args.get("start")
-                s = out[op.args["session"]] = _Session(
-                    op.args["session"], op.args["topic"],
-                    None if start in (None, "earliest") else tuple(start), [], [])
+                start = None if start in (None, "earliest") else tuple(start)
+                if name in last:  # a session that began before a restore: from there
+                    start = last[name]
+                label = name if key[1] == 0 else f"{name}@era{key[1]}"
+                s = out[key] = _Session(label, op.args["topic"], start, [], [])
+                s.era = key[1]
             s.reads.append(op)
             s.delivered += [(tuple(p), v, op) for p, v in op.result.get("values", ())]
+            if s.delivered:
+                last[name] = max(p for p, _, _ in s.delivered)
             s.complete = s.complete or bool(op.result.get("complete"))
         return list(out.values())
 
@@ -195,7 +229,7 @@ class _Checker:
 
     def reads(self) -> None:
         for op in self.ops:
-            if op.f == "receive" and op.outcome in (OK, UNKNOWN):
+            if op.f == "receive" and op.outcome in (OK, UNKNOWN) and not self.lost(op):
                 for _, v in op.result.get("values", ()):
                     self.returned(op, v, f"consumer session {op.args['session']}")
         sessions = self.sessions()
@@ -245,9 +279,9 @@ class _Checker:
             last[k] = (send, op)
 
     def replays(self, sessions: list[_Session]) -> None:
-        by_topic: dict[str, list[_Session]] = defaultdict(list)
+        by_topic: dict[tuple, list[_Session]] = defaultdict(list)
         for s in sessions:
-            by_topic[s.topic].append(s)
+            by_topic[(s.topic, s.era)].append(s)
         for group in by_topic.values():
             for i, a in enumerate(group):
                 for b in group[i + 1:]:
@@ -300,7 +334,7 @@ class _Checker:
                                       f"on {key[0]}|{key[1]} after a transaction that acked "
                                       "it was reported committed", a, c, op)
         for op in self.ops:
-            if op.f != "cursor" or op.outcome != OK:
+            if op.f != "cursor" or op.outcome != OK or self.lost(op):
                 continue
             key = (op.args["topic"], op.args["sub"])
             remaining = set(op.result["remaining"])
@@ -314,7 +348,7 @@ class _Checker:
                         self.prove(a.args["txn"], ABORTED, "ack-kept",
                                    f"{v}, which it acked, is still on {key[0]}|{key[1]}",
                                    a, op)
-                elif len(txns) == 1:
+                elif len(txns) == 1 and not txns & self.forgotten:  # applied, then lost
                     self.prove(before[0].args["txn"], COMMITTED, "ack-applied",
                                f"{v}, which only it acked, is gone from {key[0]}|{key[1]}",
                                before[0], op)

@@ -104,13 +104,18 @@ class History:
             if op.process == process and op.outcome == PENDING:
                 self.unknown(op, why)
 
-    def forget_decisions_after(self, clock: int, why: str) -> None:
-        """A rollback of the metadata store to its state at ``clock``: the decisions the
-        clients saw after it may be gone, so their outcomes become unknown."""
+    def restore(self, clock: int, process: str = "store") -> Op:
+        """The metadata store restarts on a copy of its state at ``clock`` (a backup, a
+        host crash under a weaker fsync mode): the decisions clients saw after it may be
+        gone, so their outcomes become unknown, and what was observed in between saw a
+        state that no longer exists (the checker sets it aside; see ``checker``)."""
+        why = f"lost with the restore of the metastore to its copy at #{clock}"
         for op in self.ops:
-            if (op.f in ("commit", "abort") and op.completed is not None
+            if (op.f in ("commit", "abort", "sweep") and op.completed is not None
                     and op.completed > clock and op.outcome == OK):
-                op.outcome, op.result = UNKNOWN, {**op.result, "error": why}
+                op.outcome, op.result = UNKNOWN, {**op.result, "error": why, "forgotten": True}
+        return self.note(process, "fault", what=f"metastore restored to its copy at #{clock}",
+                         lost_after=clock)
 
     @contextmanager
     def op(self, process: str, f: str, **args: Any) -> Iterator[Op]:

@@ -12,6 +12,7 @@ Values are unique strings, so every value read names the one send that wrote it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,14 +64,19 @@ class Op:
 
 
 class History:
-    """Append-only record of a run's operations."""
+    """Append-only record of a run's operations.
 
-    def __init__(self) -> None:
+    ``clock``: None counts steps (one process); a run with several OS processes
+    passes ``time.monotonic_ns``, one clock for every process of the host, and
+    merges the others' records with ``merge``."""
+
+    def __init__(self, clock=None) -> None:
         self.ops: list[Op] = []
         self._clock = 0
+        self._now = clock
 
     def _tick(self) -> int:
-        self._clock += 1
+        self._clock = self._now() if self._now is not None else self._clock + 1
         return self._clock
 
     def invoke(self, process: str, f: str, **args: Any) -> Op:
@@ -131,6 +137,29 @@ class History:
         if op.outcome == PENDING:
             self.ok(op)
 
+    def merge(self, records: list[dict]) -> None:
+        """Add another process's records (``Recorder`` lines): an operation with no
+        completion died with its process and is unknown. Operations are then ordered
+        by invocation, as if one history had recorded them all."""
+        ops: dict[int, Op] = {}
+        for r in records:
+            if r["ev"] == "invoke":
+                ops[r["i"]] = Op(-1, r["process"], r["f"], r["t"], r["args"])
+            elif r["i"] in ops:
+                op = ops[r["i"]]
+                op.completed, op.outcome, op.result = r["t"], r["ev"], r["result"]
+        for op in ops.values():
+            if op.outcome == PENDING:
+                op.completed, op.outcome = self._tick(), UNKNOWN
+                op.result = {"error": "its process was killed before the answer"}
+            if "values" in op.result:
+                op.result["values"] = [(tuple(p), v) for p, v in op.result["values"]]
+            if op.result.get("position") is not None:
+                op.result["position"] = tuple(op.result["position"])
+        self.ops = sorted(self.ops + list(ops.values()), key=lambda o: o.invoked)
+        for i, op in enumerate(self.ops):
+            op.index = i
+
     @property
     def now(self) -> int:
         return self._clock
@@ -143,3 +172,26 @@ class History:
 
     def __str__(self) -> str:
         return "\n".join(op.describe() for op in self.ops)
+
+
+class Recorder(History):
+    """A history that also writes every invocation and completion as one JSON line,
+    flushed at once, so a process SIGKILLed mid-operation leaves what it did."""
+
+    def __init__(self, path, clock) -> None:
+        super().__init__(clock)
+        self._file = open(path, "a", buffering=1)
+
+    def invoke(self, process: str, f: str, **args: Any) -> Op:
+        op = super().invoke(process, f, **args)
+        self._write({"ev": "invoke", "i": op.index, "process": process, "f": f,
+                     "t": op.invoked, "args": args})
+        return op
+
+    def complete(self, op: Op, outcome: str, **result: Any) -> Op:
+        super().complete(op, outcome, **result)
+        self._write({"ev": outcome, "i": op.index, "t": op.completed, "result": op.result})
+        return op
+
+    def _write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, default=list) + "\n")

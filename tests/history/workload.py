@@ -43,16 +43,24 @@ def fresh_value() -> str:
     return f"v{next(_values)}"
 
 
+class _Never(Exception):
+    """Nothing raises it: no exception is uncertain unless the caller says so."""
+
+
 class Process:
     """One client process of the workload: its client, producers, open transactions,
     reader sessions and consumer."""
 
-    def __init__(self, name: str, client, history: History) -> None:
+    def __init__(self, name: str, client, history: History, uncertain: tuple = ()) -> None:
+        """``uncertain``: exceptions after which an operation's outcome is unknown (a
+        metastore or broker restart under a real run); any other one fails the test."""
         self.name, self.client, self.h = name, client, history
+        self.uncertain = uncertain or (_Never,)
         self.producers: dict[str, object] = {}
         self.txns: dict[str, object] = {}  # label -> Transaction, while this process holds it
         self.readers: dict[str, tuple[str, object]] = {}  # session -> (topic, reader)
         self.consumer = None
+        self.read_timeout_ms = 1000
         self.held: list = []  # messages received, not acked yet
         self.txn_acked: list = []  # messages acked under a transaction
         self._sessions = itertools.count()
@@ -82,7 +90,7 @@ class Process:
         except REFUSED as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return value
-        except pulsar.Timeout as e:  # stored or not: the client cannot tell
+        except (pulsar.Timeout, *self.uncertain) as e:  # stored or not: cannot tell
             self.h.unknown(op, f"{type(e).__name__}: {e}")
             return value
         self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
@@ -95,6 +103,9 @@ class Process:
             txn.commit()
         except REFUSED as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        except self.uncertain as e:
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
             return
         self.h.ok(op)
 
@@ -120,6 +131,9 @@ class Process:
         except REFUSED as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return
+        except self.uncertain as e:
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
+            return
         self.h.ok(op)
 
     # ---- readers ----
@@ -136,11 +150,13 @@ class Process:
         values = []
         try:
             while True:
-                m = reader.read_next(1000)
+                m = reader.read_next(self.read_timeout_ms)
                 p = m.position
                 values.append(((p.ledger, p.entry, p.batch), m.value.decode()))
         except ReadTimeout:
             pass
+        except self.uncertain:  # what it returned before is real; the session ends
+            del self.readers[session]
         self.h.ok(op, values=values, complete=complete)
         return session
 
@@ -154,9 +170,12 @@ class Process:
         op = self.h.invoke(self.name, "receive", topic=c.segment, sub=c.subscription,
                            session=self.session)
         try:
-            m = c.receive(1000)
+            m = c.receive(self.read_timeout_ms)
         except ReadTimeout:
             self.h.ok(op, values=[])
+            return False
+        except self.uncertain as e:
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
             return False
         p = m.position
         self.h.ok(op, values=[((p.ledger, p.entry, p.batch), m.value.decode())])
@@ -174,6 +193,9 @@ class Process:
             c.acknowledge(m, txn=self.txns[txn] if txn else None)
         except (AckConflict, *REFUSED) as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        except self.uncertain as e:
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
             return
         self.h.ok(op)
         if txn:

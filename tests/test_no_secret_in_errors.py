@@ -118,6 +118,7 @@ def test_auth_option_errors_never_show_the_parameters(shown):
     _clean(shown(lambda: authentication(TOKEN, None)))
     _clean(shown(lambda: authentication(None, f"token:{TOKEN}")))
     _clean(shown(lambda: authentication("tls", f"tlsCertFile:{SECRET}")))
+    _clean(shown(lambda: authentication("oauth2", "{not json " + SECRET)))  # C++ log too
 
 
 @pytest.mark.parametrize("url", SECRET_URLS)

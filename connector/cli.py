@@ -161,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "metrics":
         return _metrics_main(args)
     try:
-        store = open_store(args.metastore, namespace=args.namespace)
+        # only an explicit write may create a namespace: a read (list, show, find,
+        # batch), an abort or a sweep of one that does not exist names those that do
+        switching = args.cmd == "wire-format" and bool(args.upgrade or args.downgrade)
+        store = open_store(args.metastore, namespace=args.namespace, create=switching)
         coord = TransactionCoordinator(store, materialize_inline=True)  # done before exit
         now = store.server_time_ms()
         if args.cmd == "list":
@@ -292,7 +295,12 @@ def _pulsar_client(args):
 
 
 def _topic_main(ap: argparse.ArgumentParser, args) -> int:
-    store = open_store(args.metastore, namespace=args.namespace)
+    try:  # only 'topic create' writes: the other subcommands never create a namespace
+        store = open_store(args.metastore, namespace=args.namespace,
+                           create=args.topic_cmd == "create")
+    except PulsarTxnError as e:
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
     if args.topic_cmd == "list":
         for t in store.list_topics():
             print(f"topic://{t}")

@@ -87,6 +87,10 @@ class StoreCollector:
         for sink_id, batch in sorted(snap["sinks"].items()):
             sinks.add_metric([sink_id], batch)
         yield sinks
+        yield CounterMetricFamily(
+            "pulsar_txn_foreign_entries_skipped",
+            "Entries of other deployments readers passed (read.foreignDeployments=skip)",
+            value=self.store.foreign_skipped())
 
 
 def serve(metastore_url: str, namespace: str, port: int, addr: str = "0.0.0.0",
@@ -95,7 +99,7 @@ def serve(metastore_url: str, namespace: str, port: int, addr: str = "0.0.0.0",
     ``client``: a pulsar.Client (with the broker's credentials), for the gate lag."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    store = open_store(metastore_url, namespace=namespace)
+    store = open_store(metastore_url, namespace=namespace, create=False)  # read-only
     last_entry = None
     if client is not None:
         def last_entry(segment: str):

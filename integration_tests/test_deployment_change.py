@@ -155,3 +155,17 @@ def test_skip_foreign_deployments_passes_them_and_counts_them(make_client, plain
     consumer = other.subscribe(topic, "s")
     assert _values(consumer) == [b"plain"]
     assert consumer.skipped_foreign == 2
+
+
+def test_read_only_cli_commands_never_create_a_namespace(client, redis_server, namespace,
+                                                         capsys):
+    from pulsar_txn.cli import main
+
+    typo = namespace + "x"
+    base = ["--metastore", redis_server.url, "--namespace", typo]
+    for cmd in (["list"], ["show", "v5:1:1"], ["find", "o"], ["sweep"], ["wire-format"],
+                ["topic", "list"]):
+        assert main(base + cmd) == 2, cmd
+        err = capsys.readouterr().err
+        assert "metastore.namespace" in err and namespace in err, (cmd, err)
+    assert not client.store.r.exists(Keys(typo, 1).config())

@@ -48,3 +48,27 @@ def reset_named(name: str, namespace: str = "ptxn") -> None:
     starts a new deployment."""
     with _NAMED_LOCK:
         _NAMED.pop((name, namespace), None)
+
+
+class MemoryNamespace:
+    """Mixin of MemoryMetadataStore: the namespace's identity and reader counters."""
+
+    url: str
+    _s: Server
+
+    @property
+    def _name(self) -> str:
+        return self.url[len("memory://"):]
+
+    def check_deployment(self) -> None:
+        """Same deployment while the name holds this state (``reset_named``)."""
+        check_named(self._name, self.keys.ns, self._s)  # type: ignore[attr-defined]
+
+    def add_foreign_skipped(self, n: int) -> None:
+        """Count entries of other deployments a reader passed (see RedisNamespace)."""
+        with self._s.lock:
+            self._s.foreign_skipped = getattr(self._s, "foreign_skipped", 0) + n
+
+    def foreign_skipped(self) -> int:
+        with self._s.lock:
+            return getattr(self._s, "foreign_skipped", 0)

@@ -57,7 +57,7 @@ from .base import Collected, Materialized
 from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
-from .memory_namespace import _NAMED, check_named, named_server  # noqa: F401 (tests reset _NAMED)
+from .memory_namespace import _NAMED, MemoryNamespace, named_server  # noqa: F401 (_NAMED: tests)
 from .memory_state import Partition, Server, Txn, by_score, wall_ms, wall_us
 from .memory_watch import MemoryWatch
 
@@ -66,7 +66,7 @@ PENDING_LISTED = 64  # open_writes lists at most this many pending registrations
 
 
 
-class MemoryMetadataStore(AckTables, Layouts):
+class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
     """Transaction metadata in this process: headers, records, indexes, events.
 
     ``name``: clients built with the same name and namespace share one state, as
@@ -113,10 +113,6 @@ class MemoryMetadataStore(AckTables, Layouts):
         namespace = parse_qs(parsed.query).get("namespace", [namespace])[0]
         name = (parsed.netloc + parsed.path).strip("/") or None
         return cls(name, namespace=namespace, partitions=partitions, create=create)
-
-    def check_deployment(self) -> None:
-        """Same deployment while the name holds this state (see memory_namespace)."""
-        check_named(self.url[len("memory://"):], self.keys.ns, self._s)
 
     def still_current(self) -> bool:
         """The state lives as long as the process, so only this client's close ends it

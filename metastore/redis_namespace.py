@@ -54,6 +54,18 @@ class RedisNamespace:
                                                        now))
 
     @translate
+    def add_foreign_skipped(self, n: int) -> None:
+        """Count entries of other deployments a reader passed (``read.foreignDeployments
+        =skip``): one field of the namespace's config, read by the source's progress and
+        the Prometheus metrics. Never creates the namespace (a reader's write)."""
+        self.check_deployment()
+        self.r.hincrby(Keys(self.keys.ns, 1).config(), "foreign_skipped", int(n))
+
+    @translate
+    def foreign_skipped(self) -> int:
+        return int(self.r.hget(Keys(self.keys.ns, 1).config(), "foreign_skipped") or 0)
+
+    @translate
     def register_write(self, txn_id: TxnId, segment: str, writer: str) -> int:
         """RedisWrites.register_write (the wire format to append in); a header that
         vanished with its whole namespace (a reset) is DeploymentChanged, never a write

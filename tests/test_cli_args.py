@@ -29,8 +29,9 @@ class _EmptyStore:
 def store(monkeypatch) -> _EmptyStore:
     s = _EmptyStore()
 
-    def open_store(url, namespace):
+    def open_store(url, namespace, create=True):
         s.opened = (url, namespace)
+        assert not create  # list never creates a namespace (issue 26, hole 13)
         return s
 
     monkeypatch.setattr(cli, "open_store", open_store)

@@ -156,6 +156,14 @@ class PulsarTxnDataSource(DataSource):
     startingTimestamp : —
         Epoch ms: start at the first message published at or after it (a scan;
         exclusive with ``startingOffsets``).
+    read.foreignDeployments : ``fail``
+        Transactional entries of another deployment (another ``metastore.namespace``
+        or ``metastore.url``, or this one before a metastore reset) are never
+        returned. ``fail`` stops the query at the first one, before its offsets pass
+        it, naming the deployment ids seen; ``skip`` passes them over (e.g. after a
+        deliberate reset), counted in the progress (``foreignEntriesSkipped``) and the
+        metric ``pulsar_txn_foreign_entries_skipped``. A namespace that does not exist
+        always fails the query: a source never creates one.
     failOnDataLoss : ``true``
         A planned range whose entries are gone (deleted topic or ledgers) fails the
         query; ``false`` skips it with a warning. A broker that is down is never loss.

@@ -32,7 +32,7 @@ SOURCE = COMMON | {"transaction.retention.ms",
                    "topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
                    "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
                    "maxtriggerdelay", "startingtimestamp", "failondataloss", "datatimeoutms",
-                   "minpartitions", "subscription", "admin.url"}
+                   "minpartitions", "subscription", "admin.url", "read.foreigndeployments"}
 
 
 # Authentication, as pulsar-spark names it (values are secrets: never shown).
@@ -56,7 +56,8 @@ DOCUMENTED = {n.lower(): n for n in (
     "pulsar.client.authPluginClassName", "pulsar.client.authParams",
     "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
     "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
-    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation")}
+    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation",
+    "read.foreignDeployments")}
 
 
 def client_kwargs(opts) -> dict:
@@ -323,6 +324,7 @@ class SourceOptions:
     subscription: str | None = None
     admin_url: str | None = field(default=None, repr=False)  # may hold credentials
     retention_ms: int = 3_600_000  # transaction.retention.ms: the driver's GC
+    skip_foreign: bool = False  # read.foreignDeployments=skip (deployments.py)
 
     @classmethod
     def from_options(cls, options, batch: bool = False) -> SourceOptions:
@@ -395,7 +397,17 @@ class SourceOptions:
             max_bytes=_int(opts, "maxbytespertrigger", None, minimum=1),
             pattern=pattern, subscription=subscription,
             admin_url=check_admin_url(opts.get("admin.url"), "option 'admin.url'"),
+            skip_foreign=_foreign_deployments(opts),
         )
+
+
+def _foreign_deployments(opts: dict[str, str]) -> bool:
+    """``read.foreignDeployments``: ``fail`` (default) or ``skip`` (see deployments.py)."""
+    raw = (opts.get("read.foreigndeployments") or "fail").strip().lower()
+    if raw not in ("fail", "skip"):
+        raise ConfigError(f"option 'read.foreignDeployments' must be 'fail' or 'skip', "
+                          f"got {raw!r}")
+    return raw == "skip"
 
 
 def _reader_settings(receiver_queue_size=None, reader_name=None, subscription_role_prefix=None):

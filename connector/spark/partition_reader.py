@@ -18,8 +18,9 @@ import pyarrow as pa
 from pulsar_txn.broker_io import scan
 from pulsar_txn.buffer import TransactionBuffer, Verdict
 from pulsar_txn.connection import naming
+from pulsar_txn.deployments import SKIP_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
-from pulsar_txn.records import PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
+from pulsar_txn.records import FOREIGN, PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
 from pulsar_txn.spark import configure_logging
 
 from .offsets import SegmentPartition, decode
@@ -105,7 +106,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     # kept for the worker's later tasks (resources.RESOURCES): no connect, persistence
     # check or client start-up per micro-batch
     RESOURCES.begin_task()
-    store = RESOURCES.store(opts.metastore_url, opts.namespace)
+    store = RESOURCES.store(opts.metastore_url, opts.namespace, create=False)
     client = RESOURCES.client(opts, reads=True)  # never the sink's producers' connections
     tb = TransactionBuffer(store)
     deployment = store.deployment
@@ -113,15 +114,38 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     watch = None
     parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
     tags: dict[str, tuple[str | None, str]] = {}  # protocol property -> (txn, writer)
+    foreign: dict[str, str] = {}  # txn text (FOREIGN first) -> the other deployment's id
+    skipped_foreign = 0
     try:
+        def note_foreign(t: str | None, props: dict) -> None:
+            """Remember which never-parsing txn texts are another deployment's entries
+            (once per distinct property value: the scan's cost stays per tag)."""
+            if t is not None and t[:1] == FOREIGN and t not in foreign:
+                dep = foreign_deployment(props, deployment)
+                if dep:
+                    foreign[t] = dep
+
+        def pass_foreign(pairs: set, rows: _Columns) -> None:
+            """Another deployment's entries are never delivered, and never passed
+            silently: the task fails naming their deployment ids (the query stops
+            before its offsets pass them), unless ``read.foreignDeployments=skip``."""
+            nonlocal skipped_foreign
+            store.check_deployment()  # a reset under this task: say that instead
+            if not opts.skip_foreign:
+                raise foreign_entries_error(part.segment, (foreign[t] for t, _ in pairs),
+                                            deployment, opts.namespace, f"{SKIP_OPTION}=skip")
+            names = {t for t, _ in pairs}
+            skipped_foreign += sum(1 for t in rows.txns if t in names)
+
         def txn_of(t: str, rows: _Columns) -> TxnId | None:
             if t not in parsed:
                 try:
                     parsed[t] = TxnId.parse(t)
                 except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
-                    log.warning("%s: message %s: its %s property %r is malformed or of "
-                                "another deployment; it is never delivered", part.segment,
-                                rows.ids[rows.txns.index(t)], PROP_TXN, t)
+                    if t not in foreign:
+                        log.warning("%s: message %s: its %s property %r is malformed; it is "
+                                    "never delivered", part.segment,
+                                    rows.ids[rows.txns.index(t)], PROP_TXN, t)
                     parsed[t] = None
             return parsed[t]
 
@@ -147,6 +171,9 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
             if not pairs:
                 return None
             ok = {p: txn_of(p[0], rows) for p in pairs}
+            alien = {p for p in pairs if p[0] in foreign}
+            if alien:
+                pass_foreign(alien, rows)
             valid = [p for p in pairs if ok[p] is not None]
             given = dict(zip(valid, tb.classify(part.segment, [(ok[p], p[1]) for p in valid])
                              if valid else []))
@@ -180,11 +207,13 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                     tw = tags.get(tag)
                     if tw is None:
                         tw = tags[tag] = entry_txn(props, deployment)
+                        note_foreign(tw[0], props)
                     t = tw[0]
                     rows.writers.append(tw[1])
                     rows.props.append(())
                 else:
                     t, w = entry_txn(props, deployment)
+                    note_foreign(t, props)
                     rows.writers.append(w)
                     rows.props.append([(k, v) for k, v in props.items()
                                        if not k.startswith(PROTOCOL_PREFIX)])
@@ -200,6 +229,11 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                     rows = _Columns()
         if len(rows):
             yield rows.arrow(topic, part.segment, verdicts(rows))
+        if skipped_foreign:
+            log.warning("%s: %d entries of other deployments (%s) skipped "
+                        "(%s=skip)", part.segment, skipped_foreign,
+                        ", ".join(sorted(set(foreign.values()))), SKIP_OPTION)
+            store.add_foreign_skipped(skipped_foreign)
     finally:
         if watch is not None:
             watch.close()

@@ -63,7 +63,9 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
 
         self.opts = opts
-        self.store = open_store(opts.metastore_url, namespace=opts.namespace)
+        # a source never creates its namespace: a typo (or another metastore) fails
+        # the query here, naming the namespaces that exist, before any offset is planned
+        self.store = open_store(opts.metastore_url, namespace=opts.namespace, create=False)
         self.pulsar = pulsar.Client(opts.service_url, **client_kwargs(opts))
         self._probes = LastEntryProbes(self.pulsar)  # one kept probe per segment
         named = [t for t in opts.topics if t.startswith("persistent://")]

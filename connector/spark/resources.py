@@ -103,11 +103,12 @@ class WorkerResources:
         for p in closing:
             _close(p)
 
-    def store(self, url: str, namespace: str):
+    def store(self, url: str, namespace: str, create: bool = True):
         """The worker's metastore connection (its scripts loaded once), checked before
         each reuse: a metastore wiped, replaced or restarted since it was opened is
         opened afresh (deployment id, partitions, persistence check), so no task
-        classifies or stamps entries with a deployment id that is no longer current."""
+        classifies or stamps entries with a deployment id that is no longer current.
+        ``create`` False (the source's reads): a missing namespace is never created."""
         key = (url, namespace)
         with self._lock:
             store = self._stores.get(key)
@@ -115,7 +116,8 @@ class WorkerResources:
             return store
         if store is not None:
             self.drop_store(url, namespace)
-        made = self._open_store(url, namespace)
+        made = (self._open_store(url, namespace) if create
+                else self._open_store(url, namespace, create=False))
         with self._lock:
             store = self._stores.setdefault(key, made)
         if store is not made:
@@ -233,8 +235,8 @@ def _make_client(opts):
     return pulsar.Client(opts.service_url, **client_kwargs(opts))
 
 
-def _open_store(url: str, namespace: str):
-    return open_store(url, namespace=namespace)
+def _open_store(url: str, namespace: str, create: bool = True):
+    return open_store(url, namespace=namespace, create=create)
 
 
 def _close(thing) -> None:

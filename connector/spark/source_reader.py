@@ -99,6 +99,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._waiting_since: float | None = None
         self._report: dict | None = None
         self._logged: tuple | None = None
+        self._foreign_logged = 0
 
     @property
     def planner(self) -> Planner:
@@ -188,14 +189,24 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_offset(ends)
 
     def _metrics(self, latest: dict, behind: int, holding: int, segments: int) -> None:
-        """Progress: shown as the source's latestOffset in each query progress."""
+        """Progress: shown as the source's latestOffset in each query progress.
+        ``foreignEntriesSkipped``: entries of other deployments the namespace's readers
+        passed with ``read.foreignDeployments=skip`` (a Python source has no custom
+        metrics; the executors count them in the metastore, as the Prometheus metric)."""
+        foreign = self.planner.store.foreign_skipped()
         self._report = {"latest": latest, "entriesBehindLatest": behind,
-                        "openTxnsHoldingGate": holding, "segmentsRead": segments}
+                        "openTxnsHoldingGate": holding, "segmentsRead": segments,
+                        "foreignEntriesSkipped": foreign}
         state = (behind, holding, segments)
         if state != self._logged:
             self._logged = state
             log.info("pulsar-txn source: %d entries behind latest on %d segments; %d open "
                      "transactions hold the gate", behind, segments, holding)
+        if foreign != self._foreign_logged:
+            self._foreign_logged = foreign
+            log.warning("pulsar-txn source: %d entries of other deployments skipped so far in "
+                        "namespace %r (read.foreignDeployments=skip)", foreign,
+                        self.opts.namespace)
 
     def reportLatestOffset(self) -> dict | None:
         return self._report

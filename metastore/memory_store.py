@@ -12,7 +12,7 @@ each call is one atomic step, as a script is.
 
 Server time is the injectable ``clock`` (ms), read where the scripts read TIME
 (ids follow the wall clock, as theirs follow TIME). Never durable; tests restore a
-saved copy (``Server.save``/``restore``), which opens gaps of lost ids as Redis does.
+saved copy (``save_state``/``restore_state``), which opens gaps of lost ids as Redis does.
 
 Five modules, each under the size a reader takes in at once: this façade
 (transactions, writes, sinks), ``memory_state`` (the records and indexes),
@@ -142,6 +142,12 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
 
     def server_time_ms(self) -> int:
         return self._s.now()
+
+    def save_state(self) -> dict:  # tests: a backup of the server's records
+        return self._s.save()
+
+    def restore_state(self, saved: dict) -> None:  # tests: a new server start on a copy
+        self._s.restore(saved)
 
     # ---- transactions ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:

@@ -1022,7 +1022,7 @@ class Restorable:
 
     def save(self):
         if self.kind == "memory":
-            return self.opened[0]._s.save()
+            return self.opened[0].save_state()
         import shutil
 
         dest = self.tmp / f"copy-{len(list(self.tmp.glob('copy-*')))}"
@@ -1034,7 +1034,7 @@ class Restorable:
             s.close()
         self.opened.clear()
         if self.kind == "memory":
-            MemoryMetadataStore(self.name)._s.restore(saved)
+            MemoryMetadataStore(self.name).restore_state(saved)
             return
         import shutil
 

@@ -28,9 +28,11 @@ from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
 from pulsar_txn.errors import PulsarTxnError
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metrics import serve
+from pulsar_txn.pending_ack import settle_committed_acks
 from pulsar_txn.records import WIRE_NAMES, WIRE_ONE, WIRE_THREE, TxnHeader, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.spark.options import sink_id_for_checkpoint
+from pulsar_txn.state import TxnState
 
 
 def _header_dict(h: TxnHeader, now_ms: int) -> dict:
@@ -81,12 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     common = [_global_options(False)]
     sub = ap.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="list transactions", parents=common)
-    ls.add_argument("--state", choices=["open", "finalized"], default="open")
+    ls.add_argument("--state", choices=["open", "finalized", "acks-pending"], default="open",
+                    help="acks-pending: committed transactions whose acks are not settled "
+                    "(their consumer died before writing the tombstones); GC settles them "
+                    "past the retention, settle-acks at once")
     ls.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS",
                     help="only transactions created more than SECONDS ago")
     sub.add_parser("show", help="show one transaction", parents=common).add_argument("txn")
     sub.add_parser("abort", help="abort an OPEN transaction by id", parents=common
                    ).add_argument("txn")
+    sub.add_parser("settle-acks", help="settle a committed transaction's unapplied acks "
+                   "without its consumer: every consumer of the subscription then acks those "
+                   "messages when they are delivered", parents=common).add_argument("txn")
     sub.add_parser("find", help="the transaction of an owner (a Spark sink batch's is "
                    "'<sink id>|<query id>|<batchId>')", parents=common).add_argument("owner")
     bt = sub.add_parser("batch", help="the transaction of a Spark sink's batch", parents=common)
@@ -171,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             ids = ([t for t, _ in store.open_txns()] if args.state == "open"
                    else [t for t, _ in store.finalized_txns()])
             headers = [h for h in store.get_headers(ids).values() if h is not None]
+            if args.state == "acks-pending":
+                headers = [h for h in headers
+                           if h.state is TxnState.COMMITTED and h.open_ack_records > 0]
             rows = [_header_dict(h, now) for h in sorted(headers, key=lambda h: h.created_ms)
                     if now - h.created_ms >= args.older_than * 1000]
             _print(rows, args.json)
@@ -181,6 +192,16 @@ def main(argv: list[str] | None = None) -> int:
             row["writes"] = [{"segment": r.segment, "writer": r.writer,
                               "first": str(r.first) if r.first else None} for r in recs]
             print(json.dumps(row, indent=2))
+        elif args.cmd == "settle-acks":
+            t = TxnId.parse(args.txn)
+            h = coord.get(t)
+            if h.state is not TxnState.COMMITTED:
+                print(f"pulsar-txn: {t} is {h.state.value}: only a committed transaction's "
+                      "acks are settled (an open one is aborted with 'abort')", file=sys.stderr)
+                return 2
+            settled = settle_committed_acks(store, t)
+            _print([{**_header_dict(coord.get(t), now), "settled_records": settled}],
+                   args.json)
         elif args.cmd == "abort":
             h = coord.abort(TxnId.parse(args.txn))
             _print([_header_dict(h, now)], args.json)

@@ -300,3 +300,36 @@ def test_a_post_decision_apply_failure_never_makes_a_subscription_unopenable(
     shared = make_client().subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared)
     assert sorted(m.value for m in read_all(shared, 2500)) == [b"m2", b"m3", b"m4"]
     assert client.store.get_header(txn.id).open_ack_records == 0
+
+
+def test_an_acks_pending_txn_is_listed_and_settled_by_an_operator_command(
+        make_client, fill, topic_name, redis_server, namespace, broker, capsys):
+    """Hole 4, operations: a committed txn whose consumer died before settling its acks
+    is listed (``list --state acks-pending``) and settled by ``settle-acks`` with no
+    consumer; the next consumer then never hands those messages out and acks them."""
+    import json
+
+    from pulsar_txn.cli import main
+
+    t = topic_name()
+    fill(t)
+    crashed = make_client()
+    c = crashed.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    txn = crashed.new_transaction()
+    c.acknowledge(msgs[0], txn=txn)
+    c.acknowledge(msgs[3], txn=txn)
+    _die(crashed)
+    admin = make_client()
+    admin.coordinator.commit(txn.id)
+    base = ["--metastore", redis_server.url, "--namespace", namespace, "--json"]
+    assert main(base + ["list", "--state", "acks-pending"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["txn"], r["unapplied_ack_records"]) for r in rows] == [(str(txn.id), 1)]
+    assert main(base + ["settle-acks", str(txn.id)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["settled_records"] == 1
+    assert admin.store.get_header(txn.id).open_ack_records == 0
+    assert main(base + ["list", "--state", "acks-pending"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert _fresh_values(make_client, t) == [b"m1", b"m2", b"m4"]
+    _cursor_is_past_everything(broker, t)

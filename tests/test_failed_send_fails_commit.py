@@ -51,6 +51,9 @@ class _Producer:
     def flush(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
 
 class _DownStore(MemoryMetadataStore):
     """The memory store, with a window in which write registrations fail as the Redis
@@ -134,4 +137,49 @@ def test_a_writer_run_whose_registration_failed_fails_the_commit(store, coord):
         run.send(b"m0")
     store.down = False
     run.send(b"m1")
+    _refused_and_aborted(txn, store)
+
+
+class _Clients:
+    """What the scalable producer asks of a pulsar-client ``Client``."""
+
+    def create_producer(self, topic, **kw):
+        return _Producer()
+
+
+@pytest.mark.parametrize("how", ["send", "send_async"])
+def test_a_scalable_producers_send_that_raised_fails_the_commit(store, coord, how):
+    from pulsar_txn.scalable.admin import ScalableTopics
+    from pulsar_txn.scalable.producer import ScalableProducer
+
+    client = _Clients()
+    topics = ScalableTopics(store, client)
+    topics.create("t", 2)
+    producer = ScalableProducer(client, topics, "t")
+    txn = Transaction(store, coord.new_transaction(), coord)
+    send = producer.send if how == "send" else producer.send_async
+    send(b"m0", key="a", txn=txn)
+    store.down = True  # the next key's segment needs a new registration
+    with pytest.raises(MetastoreUnavailable):
+        for key in "bcdefgh":  # some key routes to the other segment
+            send(b"m1", key=key, txn=txn)
+    store.down = False
+    with pytest.raises(ConfigError):
+        send(b"m2", key="a", properties={"__ptxn.txn": "x"}, txn=txn)
+    _refused_and_aborted(txn, store)
+
+
+def test_a_scalable_producers_refused_send_alone_fails_the_commit(store, coord):
+    """A send refused before it reached a writer-run (a reserved property)."""
+    from pulsar_txn.scalable.admin import ScalableTopics
+    from pulsar_txn.scalable.producer import ScalableProducer
+
+    client = _Clients()
+    topics = ScalableTopics(store, client)
+    topics.create("t", 1)
+    producer = ScalableProducer(client, topics, "t")
+    txn = Transaction(store, coord.new_transaction(), coord)
+    producer.send(b"m0", key="a", txn=txn)
+    with pytest.raises(ConfigError):
+        producer.send_async(b"m1", key="a", properties={"__ptxn.txn": "x"}, txn=txn)
     _refused_and_aborted(txn, store)

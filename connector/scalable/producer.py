@@ -189,13 +189,27 @@ class ScalableProducer:
 
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn=None, event_time_ms: int | None = None):
-        props = user_props(properties)
-        with self._lock:
-            return self._send_sync(value, key, props, txn, event_time_ms)
+        try:
+            props = user_props(properties)
+            with self._lock:
+                return self._send_sync(value, key, props, txn, event_time_ms)
+        except BaseException as e:
+            if txn is not None:
+                txn.send_failed(e)  # the transaction cannot commit (Transaction.send_failed)
+            raise
 
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn=None,
                    event_time_ms: int | None = None) -> None:
+        try:
+            self._send_async(value, callback, key, properties, txn, event_time_ms)
+        except BaseException as e:
+            if txn is not None:
+                txn.send_failed(e)
+            raise
+
+    def _send_async(self, value: bytes, callback: Callable | None, key: str | None,
+                    properties: dict | None, txn, event_time_ms: int | None) -> None:
         props = user_props(properties)
         with self._lock:
             self._reroute_if_changed()

@@ -11,10 +11,31 @@ from pulsar_txn.errors import AckConflict, ReadTimeout
 from pulsar_txn.records import Position
 
 
+@pytest.fixture(autouse=True, params=["unbatched", "batched"])
+def _batching(request):
+    """Every test here runs on input written one message per entry and on input
+    written as one batched entry (what a batching producer or the Spark sink writes):
+    an ack must affect exactly its messages either way."""
+    global _BATCHED
+    _BATCHED = request.param == "batched"
+    yield
+    _BATCHED = False
+
+
+_BATCHED = False
+
+
 def _fill(client, t, n):
-    p = client.create_producer(t)
+    if not _BATCHED:
+        p = client.create_producer(t)
+        for i in range(n):
+            p.send(b"m%d" % i)
+        return
+    p = client.create_producer(t, batching_enabled=True, batching_max_messages=max(n, 2),
+                               batching_max_publish_delay_ms=60_000)
     for i in range(n):
-        p.send(b"m%d" % i)
+        p.send_async(b"m%d" % i, None)
+    p.flush()
 
 
 def _exclusive_that_redelivers(make_client, broker, topic_name):

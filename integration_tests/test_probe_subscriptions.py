@@ -19,6 +19,7 @@ import pytest
 
 from pulsar_txn.admin import admin_request
 from pulsar_txn.broker_io import wait_probe_cleanup
+from pulsar_txn.metastore import open_store
 from pulsar_txn.spark.options import SourceOptions
 from pulsar_txn.spark.planning import Planner
 
@@ -52,6 +53,7 @@ def counted_planner(monkeypatch, broker, redis_server, namespace):
         return made[-1]
 
     def make(topic: str) -> tuple[Planner, _CountingClient]:
+        open_store(redis_server.url, namespace).close()  # a writer's init: sources never do
         with monkeypatch.context() as m:
             m.setattr(pulsar, "Client", client)
             planner = Planner(SourceOptions.from_options({

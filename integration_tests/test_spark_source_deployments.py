@@ -105,3 +105,30 @@ def test_read_foreign_deployments_skip_passes_them_and_reports_the_count(
     (metric,) = [m for m in StoreCollector(make_client(namespace=other).store).collect()
                  if m.name == "pulsar_txn_foreign_entries_skipped"]
     assert metric.samples[0].value == 4
+
+
+def test_a_streaming_source_stops_when_its_metastore_is_reset(
+        spark, client, make_client, broker, redis_server, namespace, topic_name, tmp_path):
+    """Issue 26, hole 8 on the source: the driver checks the deployment each trigger."""
+    topic = topic_name("reset")
+    _committed(client, topic, b"before")
+    got: list[bytes] = []
+    q = (source_df(spark, broker, redis_server, namespace, topic=topic,
+                   startingOffsets="earliest").writeStream
+         .foreachBatch(lambda df, _b: got.extend(r.value for r in df.collect()))
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 60
+        while b"before" not in got and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert got == [b"before"]
+        for key in list(client.store.r.scan_iter(match=f"*{namespace}*", count=1000)):
+            client.store.r.delete(key)
+        _committed(make_client(), topic, b"after")  # a new deployment at the same address
+        with pytest.raises(Exception) as e:
+            q.awaitTermination(30)
+        assert "metastore.url" in str(e.value) and "reset" in str(e.value)
+        assert got == [b"before"]
+    finally:
+        q.stop()

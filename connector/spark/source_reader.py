@@ -127,6 +127,9 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_offset({u.segment: s.get(u.segment, BEFORE) for u in units})
 
     def latestOffset(self, start: dict, limit) -> dict:
+        # a metastore reset under the query stops it here, naming metastore.url, before
+        # any offset is planned from the new deployment's indexes (one HMGET a trigger)
+        self.planner.store.check_deployment()
         # once per trigger, also when idle: the deployment's background work (a query
         # must not stall behind an abandoned txn when no other process sweeps)
         self.planner.coordinator.sweep_if_due(self.opts.retention_ms)

@@ -63,18 +63,20 @@ class Planner:
     def __init__(self, opts: SourceOptions) -> None:
 
         self.opts = opts
-        # a source never creates its namespace: a typo (or another metastore) fails
-        # the query here, naming the namespaces that exist, before any offset is planned
-        self.store = open_store(opts.metastore_url, namespace=opts.namespace, create=False)
         self.pulsar = pulsar.Client(opts.service_url, **client_kwargs(opts))
         self._probes = LastEntryProbes(self.pulsar)  # one kept probe per segment
         named = [t for t in opts.topics if t.startswith("persistent://")]
-        if named:  # a wrong address fails as the query starts, naming the option
-            try:
+        try:
+            if named:  # a wrong address fails as the query starts, naming the option
                 check_reachable(self.pulsar, opts.service_url, named[0])
-            except Exception:
-                self.close()
-                raise
+            # a source never creates its namespace: a typo (or another metastore) fails
+            # the query here, naming the namespaces that exist, before any offset is planned
+            self.store = open_store(opts.metastore_url, namespace=opts.namespace,
+                                    create=False)
+        except Exception:
+            self._probes.close()
+            self.pulsar.close()
+            raise
         self._max_read_position = max_read_position
         self._topic_of: dict[str, str] = {}
         self._partitions: dict[str, list[str]] = {}

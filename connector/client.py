@@ -191,7 +191,9 @@ class PulsarTxnClient:
 
     # ---- producers / readers / consumers ----
     def create_producer(self, topic: str, **kwargs) -> Producer | ScalableProducer:
-        """A producer; for a ``topic://`` scalable topic, one that routes by key hash."""
+        """A producer; for a ``topic://`` scalable topic, one that routes by key hash.
+        A writer: a missing namespace is created here (see ``create_namespace``)."""
+        self._roles(create=True)
         with naming(self.service_url, what=f"creating a producer on {topic}"):
             if is_scalable(topic):
                 return ScalableProducer(self.pulsar, self.scalable, topic, **kwargs)

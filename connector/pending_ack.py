@@ -116,7 +116,14 @@ class PendingAckStore:
 
     # ---- Materialization (after the decision) ----
     def on_end(self, txn_id: TxnId, state: TxnState) -> None:
-        """Apply (COMMITTED) or release (ABORTED) this store's acks of ``txn_id``."""
+        """Apply (COMMITTED) or release (ABORTED) this store's acks of ``txn_id``.
+        A commit is applied only once a crash of the store's host can no longer lose it
+        (``durability=waitaof``: fsynced): acks on the cursor cannot be taken back, and
+        a lost decision comes back OPEN and times out ABORTED. Until then the txn stays
+        pending here; the committer's own call after its WAITAOF, or recovery, applies
+        it."""
+        if state is TxnState.COMMITTED and not self._durably_committed(txn_id):
+            return
         with self._lock:
             local = self._pending.pop(txn_id, None)
             self._own_cumulative.pop(txn_id, None)
@@ -132,6 +139,10 @@ class PendingAckStore:
             self.store.release_acks(txn_id, self.segment, self.subscription)
             if self._redeliver and local:
                 self._redeliver([p for ps, cum in local if not cum for p in ps])
+
+    def _durably_committed(self, txn_id: TxnId) -> bool:
+        h = self.store.final_headers([txn_id]).get(txn_id)
+        return h is not None and h.state is TxnState.COMMITTED
 
     def _record(self, txn_id: TxnId) -> AckRecord | None:
         """``txn_id``'s acks here (None: it recorded none)."""
@@ -256,7 +267,8 @@ class PendingAckStore:
         if claims.committed:
             settled.add(claims.committed[0])
         ids = [TxnId.parse(h) for h in holders | settled]
-        headers = self.store.get_headers(ids) if ids else {}
+        # a decision a host crash can still lose counts as not taken (waitaof)
+        headers = self.store.final_headers(ids) if ids else {}
         stats = {"applied": 0, "released": 0, "open": 0, "failed": 0}
         for t, h in headers.items():
             if str(t) in settled and str(t) not in holders:

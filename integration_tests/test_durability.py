@@ -400,3 +400,63 @@ def test_waitaof_reader_never_delivers_a_decision_a_host_crash_can_lose(broker, 
         for c in clients:
             c.close()
         server.stop()
+
+
+def test_waitaof_consumer_never_applies_an_ack_a_host_crash_can_lose(broker, tmp_path,
+                                                                     topic_name):
+    """durability=waitaof, the ack side of the reader's rule: a committed transactional
+    ack is applied to the subscription only once its decision is fsynced. Applied
+    earlier, a host crash that loses the decision (it comes back OPEN and times out
+    ABORTED) would leave the message acked on the broker while its transaction's
+    output never shows: consumed, and lost. Same deterministic window as the reader's
+    test (the AOF off before the commit)."""
+    import time
+
+    import pytest
+    import redis
+
+    from pulsar_txn.client import PulsarTxnClient, read_all
+    from pulsar_txn.errors import PulsarTxnError
+
+    server = RedisServer(tmp_path / "redis", appendfsync="everysec").start()
+    clients = []
+
+    def client():
+        c = PulsarTxnClient(broker.service_url, f"{server.url}?durability=waitaof",
+                            namespace="fsync-acks", sweeper=False, create_namespace=True)
+        clients.append(c)
+        return c
+
+    try:
+        t = topic_name()
+        consumer_side = client()
+        consumer_side.create_producer(t).send(b"m0")
+        c = consumer_side.subscribe(t, "sub")
+        m = c.receive(5000)
+        txn = consumer_side.new_transaction(timeout_ms=3000)
+        c.acknowledge(m, txn=txn)
+        redis.Redis.from_url(server.url).config_set("appendonly", "no")
+        with pytest.raises(PulsarTxnError):  # decided elsewhere, never confirmed
+            client().coordinator.commit(txn.id)
+        # the consumer's process hears the end (its event, and a resync's recovery)
+        c.acks.on_end(txn.id, TxnState.COMMITTED)
+        c.acks.recover()
+        c.close()  # flushes whatever acks it handed to pulsar-client
+        server.kill()   # the host crash: the decision is gone
+        server.start()
+        after = client()
+        assert after.store.get_header(txn.id).state is TxnState.OPEN
+        time.sleep(3.1)
+        assert after.coordinator.sweep_timeouts() == [txn.id]  # ABORTED now
+        again = after.subscribe(t, "sub")
+        got = list(read_all(again, 2000))
+        assert [x.value for x in got] == [b"m0"], (
+            "the message was acked under a decision the crash lost")
+        with after.transaction() as ok:  # a confirmed commit is applied as usual
+            again.acknowledge(got[0], txn=ok)
+        again.close()
+        assert list(read_all(client().subscribe(t, "sub"), 2000)) == []
+    finally:
+        for x in clients:
+            x.close()
+        server.stop()

@@ -410,6 +410,7 @@ def test_tombstones_behind_the_subscription_cursor_are_trimmed(
         for m in msgs[:2]:
             c.acknowledge(m, txn=txn)
     assert len(_tombstones(client, c)) == 2
+    c.acknowledge(msgs[2])  # a batched entry reaches the cursor once all of it is acked
     last = msgs[1].position
     deadline = time.monotonic() + 10  # the client groups acks: the cursor moves soon
     while (c._cursor() or Position(-1, -1)) < Position(last.ledger, last.entry):
@@ -442,9 +443,13 @@ def test_a_copy_handed_out_again_after_an_aborted_own_ack_is_checked_again(
     aborted.abort()  # released and negatively acked: m0 comes back
     again = c.receive(5000)
     assert again.value == b"m0"
-    elsewhere = client.new_transaction()  # another consumer's committed ack of m0
-    elsewhere.enlist(c.acks)
-    c.acks.acknowledge(elsewhere.id, [again.position])
+    # another consumer's committed ack of m0 (its own pending-ack store, its own apply)
+    from pulsar_txn.pending_ack import PendingAckStore
+
+    other = PendingAckStore(client.store, c.segment, "sub", apply=lambda ps, cum: None)
+    elsewhere = client.new_transaction()
+    elsewhere.enlist(other)
+    other.acknowledge(elsewhere.id, [again.position])
     elsewhere.commit()
     later = client.new_transaction()
     with pytest.raises(AckConflict) as err:

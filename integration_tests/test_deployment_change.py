@@ -74,9 +74,12 @@ def test_a_long_running_reader_stops_when_its_metastore_is_reset(make_client, to
 
 def test_a_long_running_client_neither_begins_writes_nor_commits_after_a_reset(
         make_client, plain_pulsar, topic_name, namespace):
-    topic = topic_name("reset-writer")
+    topic, acked = topic_name("reset-writer"), topic_name("reset-acks")
+    plain = plain_pulsar.create_producer(acked)
+    plain.send(b"to ack")
     old = make_client(sweeper=False)
     producer = old.create_producer(topic)
+    consumer = old.subscribe(acked, "s")
     begun = old.new_transaction()
     _wipe(old.store, namespace)
     new = make_client(sweeper=False)
@@ -85,8 +88,15 @@ def test_a_long_running_client_neither_begins_writes_nor_commits_after_a_reset(
         old.new_transaction()
     with pytest.raises(DeploymentChanged, match="metastore.url"):
         producer.send(b"x", txn=begun)
+    message = consumer.receive(10_000)  # a plain message: deployment-free
+    try:
+        consumer.acknowledge(message, txn=begun)
+    except DeploymentChanged:
+        pass  # refused at once, or at the commit below
     with pytest.raises(DeploymentChanged, match="metastore.url"):
         begun.commit()
+    consumer.close()
+    assert _values(new.subscribe(acked, "s")) == [b"to ack"]  # never acked
     with pytest.raises(DeploymentChanged, match="metastore.url"):
         old.coordinator.sweep_all()
     # nothing of the old deployment was written: no header, no entry

@@ -75,3 +75,13 @@ class RedisNamespace:
         except TxnNotFound:
             self.check_deployment()
             raise
+
+    @translate
+    def record_acks(self, txn_id: TxnId, *args, **kwargs) -> None:
+        """RedisAcks.record_acks; a header gone with its namespace is DeploymentChanged
+        (a transactional ack of a client whose metastore was reset)."""
+        try:
+            super().record_acks(txn_id, *args, **kwargs)  # type: ignore[misc]
+        except TxnNotFound:
+            self.check_deployment()
+            raise

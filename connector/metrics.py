@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from pulsar_txn.broker_io import last_entry as probe
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
+ACKS_PENDING_SCAN = 200  # ended transactions a scrape looks at per partition, oldest first
 
 
 def _entries_between(low, high: tuple[int, int]) -> int | None:
@@ -34,6 +36,11 @@ class StoreCollector:
     def __init__(self, store: MetadataStore, last_entry=None) -> None:
         self.store = store
         self.last_entry = last_entry
+
+    def _acks_pending(self) -> int:
+        ids = [t for t, _ in self.store.finalized_txns(limit=ACKS_PENDING_SCAN)]
+        return sum(1 for h in self.store.get_headers(ids).values()
+                   if h is not None and h.state is TxnState.COMMITTED and h.open_ack_records)
 
     def describe(self) -> list:
         return []  # collected lazily: no scrape at registration
@@ -62,6 +69,12 @@ class StoreCollector:
             "pulsar_txn_metadata_store_gc_backlog",
             "Ended transactions not yet collected (kept for the retention window)",
             value=snap["gc_backlog"])
+        yield GaugeMetricFamily(
+            "pulsar_txn_acks_pending",
+            "Committed transactions whose acks are not settled (their consumer died before "
+            f"writing the tombstones), among the {ACKS_PENDING_SCAN} oldest ended per "
+            "partition; GC settles them past the retention, 'pulsar-txn settle-acks' at once",
+            value=self._acks_pending())
         writes = GaugeMetricFamily("pulsar_txn_segment_open_writes",
                                    "Open writes registered on a segment", labels=["segment"])
         lag = GaugeMetricFamily(

@@ -673,3 +673,19 @@ def test_a_closed_memory_store_is_no_longer_current_and_stops_its_watches(store)
     time.sleep(0.05)
     assert got == []
 
+
+
+def test_the_acks_pending_metric_counts_unsettled_committed_txns(coord, store):
+    """Hole 4: a committed txn whose acks nobody settled is visible to an operator."""
+    from pulsar_txn.metrics import StoreCollector
+
+    t = coord.new_transaction().txn_id
+    Broker().pas(store).acknowledge(t, [P(1)])
+    coord.commit(t)  # its consumer died before applying
+
+    def gauge():
+        return next(m for m in StoreCollector(store).collect()
+                    if m.name == "pulsar_txn_acks_pending").samples[0].value
+    assert gauge() == 1
+    settle_committed_acks(store, t)
+    assert gauge() == 0

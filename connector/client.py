@@ -202,21 +202,24 @@ class PulsarTxnClient:
 
     def create_reader(self, topic: str, start: str | Position = "earliest",
                       **kwargs) -> Reader | ScalableReader:
-        """A READ_COMMITTED reader; for a ``topic://`` topic, in the DAG's order."""
+        """A READ_COMMITTED reader; for a ``topic://`` topic, in the DAG's order. A
+        namespace that does not exist fails here at once (NamespaceNotFound)."""
+        side = self.read_side
         with naming(self.service_url, what=f"creating a reader on {topic}"):
             if is_scalable(topic):
-                return ScalableReader(self.read_side, self.scalable, topic, start, **kwargs)
+                return ScalableReader(side, self.scalable, topic, start, **kwargs)
             self._refuse_partitioned(topic)
-            return Reader(self.read_side, topic, start, **kwargs)
+            return Reader(side, topic, start, **kwargs)
 
     def subscribe(self, topic: str, subscription: str, **kwargs) -> Consumer:
         if is_scalable(topic):
             raise ConfigError(f"topic {topic!r}: subscriptions on scalable topics are not "
                               "supported yet; subscribe to a segment's backing topic, or read "
                               "with create_reader (DAG order)")
+        side = self.read_side  # a namespace that does not exist fails here at once
         with naming(self.service_url, what=f"subscribing to {topic}"):
             self._refuse_partitioned(topic)
-            return Consumer(self.read_side, topic, subscription, **kwargs)
+            return Consumer(side, topic, subscription, **kwargs)
 
     def _refuse_partitioned(self, topic: str) -> None:
         """A transaction registers, gates and classifies per segment, and a partition is

@@ -39,8 +39,9 @@ REFUSED = (TxnNotOpen, AppendFailed, InvalidTxnTransition, TxnNotFound)
 _values = itertools.count()
 
 
-def fresh_value() -> str:
-    return f"v{next(_values)}"
+def fresh_value(process: str = "") -> str:
+    """Unique across the processes of a run: each names its values."""
+    return f"{process}:v{next(_values)}" if process else f"v{next(_values)}"
 
 
 class _Never(Exception):
@@ -80,7 +81,7 @@ class Process:
 
     def send(self, topic: str, txn: str | None = None, key: str | None = None,
              row: str | None = None) -> str:
-        value = fresh_value()
+        value = fresh_value(self.name)
         producer = self.producer(topic)
         op = self.h.invoke(self.name, "send", topic=topic, value=value, key=key, txn=txn,
                            writer=producer.writer_id, row=row)
@@ -161,8 +162,8 @@ class Process:
         return session
 
     # ---- a consumer ----
-    def subscribe(self, topic: str, sub: str) -> None:
-        self.consumer = self.client.subscribe(topic, sub)
+    def subscribe(self, topic: str, sub: str, **kwargs) -> None:
+        self.consumer = self.client.subscribe(topic, sub, **kwargs)
         self.session = f"{self.name}.c{next(self._sessions)}"
 
     def receive(self) -> bool:
@@ -225,7 +226,7 @@ class Process:
             producer = self.client.create_producer(topic)
             joined = Transaction.join(store, txn_id)
             for r in range(rows):
-                value = fresh_value()
+                value = fresh_value(self.name)
                 op = self.h.invoke(self.name, "send", topic=producer.segment, value=value,
                                    key=None, txn=label, writer=producer.writer_id,
                                    row=f"{sink}#{batch_id}/{r}")

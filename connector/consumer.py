@@ -76,7 +76,7 @@ class Consumer(GatedStream):
         except pulsar.Timeout:
             pass
         if got:
-            self._ingest(self._unclaimed(got))
+            self.ingest(self._unclaimed(got))
 
     def _unclaimed(self, raws: list) -> list:
         """The received messages to hand out: a message consumed under a committed txn
@@ -84,7 +84,7 @@ class Consumer(GatedStream):
         consumer handed out and has not acked replaces the old one's id and is not
         handed out twice (unless an abort asked for it again)."""
         positions = [Position.of(raw.message_id()) for raw in raws]
-        view = self._side.store.claims_of(self.segment, self.subscription,
+        view = self.side.store.claims_of(self.segment, self.subscription,
                                           [ack_key(p) for p in positions])
         out = []
         for raw, p in zip(raws, positions):
@@ -98,7 +98,7 @@ class Consumer(GatedStream):
                 self._claims_seen = True
             if p in self._handed:
                 self._handed[p] = raw.message_id()
-                if (p.ledger, p.entry, p.batch) not in self._expect:
+                if (p.ledger, p.entry, p.batch) not in self.expected_copies:
                     continue
             if kind == "held" and not self.acks.claimed_by_own(p):
                 self._held_elsewhere.add(p)
@@ -109,9 +109,9 @@ class Consumer(GatedStream):
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
-        head = self._next_raw(timeout_millis)
+        head = self.next_raw(timeout_millis)
         self._handed[Position.of(head[1])] = head[1]
-        return self._wrap(head)
+        return self.wrap(head)
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         p = message.position
@@ -126,8 +126,8 @@ class Consumer(GatedStream):
             self.acks.acknowledge(txn.id, [p], cumulative=False)
         if txn is None:
             self._handed.pop(p, None)
-        if self._expect:  # acked: a late copy of it is a duplicate again
-            self._expect.discard((p.ledger, p.entry, p.batch))
+        if self.expected_copies:  # acked: a late copy of it is a duplicate again
+            self.expected_copies.discard((p.ledger, p.entry, p.batch))
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         upto = message.position
@@ -162,7 +162,7 @@ class Consumer(GatedStream):
     def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:
         """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
         consumed under a committed one, conflicts like another transaction's would."""
-        view = self._side.store.claims_of(self.segment, self.subscription, keys)
+        view = self.side.store.claims_of(self.segment, self.subscription, keys)
         for key in keys:
             kind, holder = view.of(key)
             if kind == "committed":
@@ -172,7 +172,7 @@ class Consumer(GatedStream):
 
     def _refuse_plain_cumulative_over_claims(self, upto: Position) -> None:
         top = ack_key(upto)
-        claims = Claims.decode(self._side.store.list_claims(self.segment, self.subscription))
+        claims = Claims.decode(self.side.store.list_claims(self.segment, self.subscription))
         held = [(k, h) for k, h in claims.live.items() if k <= top]
         if claims.cumulative is not None:
             held.append((claims.cumulative[1], claims.cumulative[0]))
@@ -183,7 +183,7 @@ class Consumer(GatedStream):
     def _holder_alive(self, holder: str) -> bool:
         """A claim binds while its holder may still commit (an aborted one is void)."""
         try:
-            h = self._side.store.get_header(TxnId.parse(holder))
+            h = self.side.store.get_header(TxnId.parse(holder))
         except InvalidTxnId:
             return False
         return h is not None and h.state is not TxnState.ABORTED
@@ -222,9 +222,9 @@ class Consumer(GatedStream):
 
     def _cursor(self) -> Position | None:
         """The subscription's mark-delete position (admin internalStats), if known."""
-        stats = admin_request(self._side.admin_url, "GET",
+        stats = admin_request(self.side.admin_url, "GET",
                               admin_topic_path(self.segment) + "/internalStats",
-                              auth=self._side.admin_auth)
+                              auth=self.side.admin_auth)
         cursors = (stats or {}).get("cursors") or {}
         cur = cursors.get(self.subscription) or cursors.get(
             urllib.parse.quote(self.subscription, safe=""))
@@ -240,9 +240,9 @@ class Consumer(GatedStream):
         so the copies must pass this consumer's duplicate filter."""
         if not positions:
             return
-        if len(self._expect) > 100_000:  # copies that never came: forget them
-            self._expect.clear()
-        self._expect.update((p.ledger, p.entry, p.batch) for p in positions)
+        if len(self.expected_copies) > 100_000:  # copies that never came: forget them
+            self.expected_copies.clear()
+        self.expected_copies.update((p.ledger, p.entry, p.batch) for p in positions)
         for p in positions:
             native = self._handed.get(p)
             if native is None:
@@ -251,7 +251,7 @@ class Consumer(GatedStream):
             self._c.negative_acknowledge(native)
 
     def close(self) -> None:
-        self._side.participants.unregister(self.acks)
+        self.side.participants.unregister(self.acks)
         self._c.close()
 
 

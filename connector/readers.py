@@ -112,7 +112,7 @@ class GatedStream:
     """
 
     def __init__(self, side: ReadSide, segment: str, dedupe: bool) -> None:
-        self._side = side
+        self.side = side
         self.segment = segment
         self._buf: deque = deque()  # (raw, native message id, txn id str | None, writer)
         self._gate: tuple[int, int] = (-1, -1)
@@ -121,7 +121,7 @@ class GatedStream:
         self._dedupe = dedupe
         self._last = None
         # positions an abort released: their redelivered copies pass the duplicate filter
-        self._expect: set[tuple[int, int, int]] = set()
+        self.expected_copies: set[tuple[int, int, int]] = set()
         self._is_reader = isinstance(self, Reader)
         self._verdicts: dict[tuple[str, str], Verdict] = {}
         self._ids: dict[str, TxnId] = {}
@@ -144,13 +144,13 @@ class GatedStream:
         pass
 
     def _accept(self, raw) -> None:
-        self._ingest((raw,))
+        self.ingest((raw,))
 
-    def _ingest(self, raws) -> None:
+    def ingest(self, raws) -> None:
         """Append received messages to the buffer (one tight loop per drained batch)."""
         append = self._buf.append
         last, received = self._last, self._received
-        dep = self._side.store.deployment
+        dep = self.side.store.deployment
         tags = self._tags
         if self._is_reader:  # in order: the last id held is the highest
             for raw in raws:
@@ -166,7 +166,7 @@ class GatedStream:
             dedupe = self._dedupe
             for raw in raws:
                 mid = raw.message_id()
-                expect = self._expect
+                expect = self.expected_copies
                 if expect:  # a copy an abort asked for, however it comes: once
                     key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
                     if key in expect:
@@ -199,7 +199,7 @@ class GatedStream:
         """Nothing received is waiting to be returned."""
         return not self._buf
 
-    def _next_raw(self, timeout_ms: int | None):
+    def next_raw(self, timeout_ms: int | None):
         buf = self._buf
         if buf:  # fast path: a non-transactional or already-classified entry below the gate
             head = buf[0]
@@ -207,7 +207,7 @@ class GatedStream:
                     self._below or head[1] <= self._gate_id):
                 return buf.popleft()
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-        tb = self._side.buffer
+        tb = self.side.buffer
         while True:
             if buf:
                 raw, mid, t, writer = head = buf[0]
@@ -272,7 +272,7 @@ class GatedStream:
         if not self._well_formed(t):
             self._remember((t, writer), Verdict.SKIP)
             return Verdict.SKIP
-        verdict = self._side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
+        verdict = self.side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
         if verdict is not Verdict.WAIT:
             self._remember((t, writer), verdict)
         return verdict
@@ -295,13 +295,13 @@ class GatedStream:
         acked) silently: first whether this client's own deployment changed (a reset
         metastore: DeploymentChanged), then ForeignDeploymentEntries unless the
         client skips them (``skip_foreign_deployments``)."""
-        store = self._side.store
+        store = self.side.store
         seen = {dep for raw, _, tt, _ in self._buf if tt == t
                 for dep in [foreign_deployment(raw.properties(), store.deployment)] if dep}
         if not seen:
             return  # malformed: skipped (hole 9)
         store.check_deployment()
-        if not self._side.skip_foreign:
+        if not self.side.skip_foreign:
             raise foreign_entries_error(self.segment, seen, store.deployment, store.keys.ns,
                                         f"{CLIENT_OPTION}=True")
         self._foreign.add(t)
@@ -316,13 +316,13 @@ class GatedStream:
         if not pairs:
             return
         pairs = list(pairs)
-        verdicts = self._side.buffer.classify(self.segment,
+        verdicts = self.side.buffer.classify(self.segment,
                                                 [(self._txn(t), w) for t, w in pairs])
         for pair, verdict in zip(pairs, verdicts):
             if verdict is not Verdict.WAIT:
                 self._remember(pair, verdict)
 
-    def _wrap(self, head) -> TxnMessage:
+    def wrap(self, head) -> TxnMessage:
         return TxnMessage(head[0], self.segment, head[1], head[2])
 
 
@@ -359,10 +359,10 @@ class Reader(GatedStream):
                 got.append(read(0))
         except pulsar.Timeout:
             pass
-        self._ingest(got)
+        self.ingest(got)
 
     def read_next(self, timeout_millis: int | None = None) -> TxnMessage:
-        return self._wrap(self._next_raw(timeout_millis))
+        return self.wrap(self.next_raw(timeout_millis))
 
     def read_batch(self, max_messages: int, timeout_millis: int = 100) -> list[TxnMessage]:
         out = []

@@ -64,7 +64,7 @@ def test_a_long_lived_reader_keeps_a_bounded_memo_of_transaction_verdicts():
     from pulsar_txn.readers import VERDICT_MEMO
 
     reader, _ = _reader(None)
-    reader._side = SimpleNamespace(buffer=_Buffer())
+    reader.side = SimpleNamespace(buffer=_Buffer())
     for i in range(3 * VERDICT_MEMO):
         assert reader._verdict(f"v5:0:{i}", "w1").name == "DELIVER"
     assert len(reader._verdicts) <= VERDICT_MEMO and len(reader._ids) <= VERDICT_MEMO

@@ -133,7 +133,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
             store.check_deployment()  # a reset under this task: say that instead
             if not opts.skip_foreign:
                 raise foreign_entries_error(part.segment, (foreign[t] for t, _ in pairs),
-                                            deployment, opts.namespace, f"{SKIP_OPTION}=skip")
+                                            deployment, store.keys.ns, f"{SKIP_OPTION}=skip")
             names = {t for t, _ in pairs}
             skipped_foreign += sum(1 for t in rows.txns if t in names)
 

@@ -269,10 +269,7 @@ class HistoryMachine(RuleBasedStateMachine):
         """Consume-transform-produce: ack the input and send its output in one txn."""
         p = self.held()
         if p is not None:
-            txn = self.txn_of(p, i)
-            value = p.held[i % len(p.held)].value.decode()
-            p.send(OUT, txn, row=f"ctp/{value}")
-            p.ack(txn, i)
+            p.transform(OUT, self.txn_of(p, i), i)
 
     @rule()
     def ack_group_timer(self) -> None:

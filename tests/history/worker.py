@@ -60,9 +60,7 @@ def main() -> None:
                 continue
             idle_since = time.monotonic()
             label = p.begin(5_000)
-            value = p.held[0].value.decode()
-            p.send(args.output, label, row=f"ctp/{value}")
-            p.ack(label, 0)
+            p.transform(args.output, label)
             if label not in p.txns:
                 continue
             if rnd.random() < 0.1:

@@ -183,8 +183,9 @@ class Process:
         self.held.append(m)
         return True
 
-    def ack(self, txn: str | None, i: int = 0, again: bool = False) -> None:
-        """Ack a held message (``again``: one already acked under a transaction)."""
+    def ack(self, txn: str | None, i: int = 0, again: bool = False) -> bool:
+        """Ack a held message (``again``: one already acked under a transaction);
+        whether the ack was accepted."""
         m = (self.txn_acked if again else self.held).pop(i % len(self.txn_acked if again
                                                                  else self.held))
         c = self.consumer
@@ -194,14 +195,23 @@ class Process:
             c.acknowledge(m, txn=self.txns[txn] if txn else None)
         except (AckConflict, *REFUSED) as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
-            return
+            return False
         except self.uncertain as e:
             self.h.unknown(op, f"{type(e).__name__}: {e}")
-            return
+            return False
         self.h.ok(op)
         if txn:
             self.txn_acked.append(m)
+        return True
 
+    def transform(self, topic: str, txn: str, i: int = 0) -> None:
+        """Consume-transform-produce, as a correct application does it: send the held
+        message's transform and ack it under ``txn``; if the ack is refused (another
+        transaction holds the message), abort: the output must not commit alone."""
+        value = self.held[i % len(self.held)].value.decode()
+        self.send(topic, txn, row=f"ctp/{value}")
+        if not self.ack(txn, i) and txn in self.txns:
+            self.abort(txn)
 
     # ---- a Spark micro-batch: one owned transaction, a writer per task attempt ----
     def batch(self, sink: str, batch_id: int, topic: str, attempts: int, rows: int,

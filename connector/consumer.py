@@ -8,6 +8,7 @@ conflict (DESIGN §3, "Acks").
 
 from __future__ import annotations
 
+import threading
 import urllib.parse
 
 import pulsar
@@ -56,6 +57,9 @@ class Consumer(GatedStream):
         # under a txn names those up to it (``given``), so one that was acked under
         # another, committed txn and handed out again conflicts.
         self._handed: dict[Position, object] = {}
+        # the watch thread applies committed acks (pops, prunes) while the application
+        # thread hands out and acks: whole-dict operations take this lock
+        self._handed_lock = threading.Lock()
         # handed out while another process's txn held them: a plain ack re-checks
         self._held_elsewhere: set[Position] = set()
         self._claims_seen = False  # this subscription has transactional claims
@@ -145,7 +149,8 @@ class Consumer(GatedStream):
             txn.enlist(self.acks)
             self._claims_seen = True
             own = self.acks.acked_by_own
-            given = [p for p in self._handed if p <= upto and not own(p)]
+            with self._handed_lock:
+                given = [p for p in self._handed if p <= upto and not own(p)]
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
@@ -156,8 +161,7 @@ class Consumer(GatedStream):
                         self._native.acknowledge(native)
                 raise
             return
-        if self._handed:
-            self._handed = {p: m for p, m in self._handed.items() if p > upto}
+        self._forget_upto(upto)
 
     def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:
         """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
@@ -198,9 +202,16 @@ class Consumer(GatedStream):
             return
         if upto.entry > 0:
             self._native.acknowledge_cumulative(_entry_id(upto.ledger, upto.entry - 1))
-        for p, native in list(self._handed.items()):
+        with self._handed_lock:
+            handed = list(self._handed.items())
+        for p, native in handed:
             if p <= upto and (upto.entry == 0 or p.entry_position == upto.entry_position):
                 self._native.acknowledge(native)
+
+    def _forget_upto(self, upto: Position) -> None:
+        with self._handed_lock:
+            if self._handed:
+                self._handed = {p: m for p, m in self._handed.items() if p > upto}
 
     def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
         """A committed txn's acks, as far as this consumer can apply them exactly: a
@@ -211,7 +222,7 @@ class Consumer(GatedStream):
             for upto in positions:
                 if self._track:
                     self._ack_cumulative_native(upto)
-                self._handed = {p: m for p, m in self._handed.items() if p > upto}
+                self._forget_upto(upto)
             return
         for p in positions:
             native = self._handed.pop(p, None)

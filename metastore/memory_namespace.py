@@ -17,7 +17,7 @@ from pulsar_txn.errors import DeploymentChanged, NamespaceNotFound
 from .base import deployment_changed, missing_namespace
 from .memory_state import Server
 
-_NAMED: dict[tuple[str, str], Server] = {}
+NAMED: dict[tuple[str, str], Server] = {}
 _NAMED_LOCK = threading.Lock()
 
 
@@ -25,19 +25,19 @@ def named_server(name: str, namespace: str, create: bool,
                  make: Callable[[], Server]) -> Server:
     """The state of (name, namespace); ``create`` False: a missing one raises."""
     with _NAMED_LOCK:
-        server = _NAMED.get((name, namespace))
+        server = NAMED.get((name, namespace))
         if server is None and not create:
-            there = sorted(ns for n, ns in _NAMED if n == name)
+            there = sorted(ns for n, ns in NAMED if n == name)
             raise NamespaceNotFound(missing_namespace(namespace, f"memory://{name}", there))
         if server is None:
-            server = _NAMED[(name, namespace)] = make()
+            server = NAMED[(name, namespace)] = make()
         return server
 
 
 def check_named(name: str, namespace: str, server: Server) -> None:
     """Raise DeploymentChanged if (name, namespace) no longer holds ``server``."""
     with _NAMED_LOCK:
-        current = _NAMED.get((name, namespace), server)
+        current = NAMED.get((name, namespace), server)
     if current is not server:
         raise DeploymentChanged(deployment_changed(namespace, f"memory://{name}",
                                                    server.deployment, current.deployment))
@@ -47,7 +47,7 @@ def reset_named(name: str, namespace: str = "ptxn") -> None:
     """Forget a named state: the next store opened with that name and namespace
     starts a new deployment."""
     with _NAMED_LOCK:
-        _NAMED.pop((name, namespace), None)
+        NAMED.pop((name, namespace), None)
 
 
 class MemoryNamespace:

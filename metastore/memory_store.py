@@ -57,7 +57,8 @@ from .base import Collected, Materialized
 from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
-from .memory_namespace import _NAMED, MemoryNamespace, named_server  # noqa: F401 (_NAMED: tests)
+from .memory_namespace import NAMED as _NAMED  # noqa: F401 (tests reset states through it)
+from .memory_namespace import MemoryNamespace, named_server
 from .memory_state import Partition, Server, Txn, by_score, wall_ms, wall_us
 from .memory_watch import MemoryWatch
 

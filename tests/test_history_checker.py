@@ -368,3 +368,17 @@ def test_a_decision_lost_with_a_restore_is_no_anomaly_when_readers_fail_closed()
 def test_a_transaction_whose_decision_was_lost_is_never_delivered_after_the_restore():
     h = restored_history([(P(1), "b"), (P(2), "c")])
     assert set(kinds(h)) == {"aborted-read"}
+
+
+def test_an_ack_applied_before_a_restore_lost_its_commit_is_no_anomaly():
+    """The broker is not rolled back with the metastore: the input stays consumed while
+    its transaction, reopened by the restore, times out (a lossy restore's price)."""
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    copy = h.now
+    h.ack("i1", txn="T1")
+    h.commit("T1", outcome=UNKNOWN)  # died after the CAS; a recovery applied the ack
+    h.restore(copy)
+    h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
+    h.cursor([])
+    assert check(h) == [], explain(check(h))

@@ -382,3 +382,18 @@ def test_an_ack_applied_before_a_restore_lost_its_commit_is_no_anomaly():
     h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
     h.cursor([])
     assert check(h) == [], explain(check(h))
+
+
+def test_a_transaction_id_handed_out_twice_is_flagged():
+    h = H()
+    h.ok(h.invoke("p1", "begin"), txn="T1")
+    h.ok(h.invoke("p2", "begin"), txn="T1")  # e.g. after a restore of the metastore
+    only(h, "reused-id")
+
+
+def test_a_micro_batch_retried_under_its_own_id_is_not_a_reuse():
+    h = H()
+    for _ in range(2):
+        h.ok(h.invoke("driver", "batch", sink="q", batch_id=1, txn="B1"))
+    h.ok(h.invoke("driver", "batch", sink="q", batch_id=2, txn="B1"))
+    only(h, "reused-id")

@@ -37,7 +37,8 @@ Checked per segment (topic) and per subscription:
   after a transaction that acked it was reported committed), batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
-  twice by one reader: exactly-once end to end).
+  twice by one reader: exactly-once end to end), reused-id (a transaction id handed
+  out twice: a new transaction, or a micro-batch of another batchId, got it again).
 """
 
 from __future__ import annotations
@@ -401,6 +402,24 @@ class _Checker:
                               self.sends[v], rows[row][1], op)
                 rows[row] = (v, op)
 
+    def reused_ids(self) -> None:
+        """A begin hands out a fresh id; a micro-batch's id belongs to its batch only."""
+        owner: dict[str, tuple[object, Op]] = {}
+        for op in self.ops:
+            if op.outcome != OK:
+                continue
+            if op.f == "begin":
+                key, txn = ("begin", op.index), op.result.get("txn")
+            elif op.f == "batch" and op.args.get("txn"):
+                key, txn = ("batch", op.args["sink"], op.args["batch_id"]), op.args["txn"]
+            else:
+                continue
+            prev = owner.get(txn)
+            if prev is not None and prev[0] != key:
+                self.flag("reused-id", f"transaction id {txn} was handed out again",
+                          prev[1], op)
+            owner.setdefault(txn, (key, op))
+
     # ---- verdicts ----
     def fates(self) -> None:
         for txn, ev in self.evidence.items():
@@ -422,6 +441,7 @@ class _Checker:
         self.reads()
         self.acks()
         self.batches()
+        self.reused_ids()
         self.fates()
         return sorted(self.anomalies, key=lambda x: min((o.index for o in x.ops), default=-1))
 

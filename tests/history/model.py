@@ -24,8 +24,8 @@ Pos = tuple  # (ledger, entry, batch index): ordered as the segment is
 
 @dataclass(eq=False)
 class Op:
-    """One client operation, compared by identity. ``f`` is one of: send, commit,
-    abort, sweep, read, receive, ack, batch, cursor, fault."""
+    """One client operation, compared by identity. ``f`` is one of: begin, send,
+    commit, abort, sweep, read, receive, ack, batch, cursor, fault."""
 
     index: int
     process: str
@@ -46,6 +46,7 @@ class Op:
             "commit": lambda: f"commit {a['txn']}" + (f" winners {sorted(a['winners'])}"
                                                       if a.get("winners") is not None else ""),
             "abort": lambda: f"abort {a['txn']}",
+            "begin": lambda: "begin a transaction",
             "sweep": lambda: "sweep timeouts",
             "read": lambda: f"read {a['topic']} in session {a['session']} from {a['start']}",
             "receive": lambda: f"receive on {a['topic']}|{a['sub']} in session {a['session']}",

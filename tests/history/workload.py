@@ -68,8 +68,10 @@ class Process:
 
     # ---- transactions ----
     def begin(self, timeout_ms: int) -> str:
+        op = self.h.invoke(self.name, "begin")
         txn = self.client.new_transaction(timeout_ms)
         label = str(txn.id)
+        self.h.ok(op, txn=label)
         self.txns[label] = txn
         return label
 

@@ -397,3 +397,14 @@ def test_a_micro_batch_retried_under_its_own_id_is_not_a_reuse():
         h.ok(h.invoke("driver", "batch", sink="q", batch_id=1, txn="B1"))
     h.ok(h.invoke("driver", "batch", sink="q", batch_id=2, txn="B1"))
     only(h, "reused-id")
+
+
+def test_a_message_nobody_acked_gone_from_the_subscription_is_flagged():
+    """An ack of one message of a batched entry must not take its neighbours."""
+    h = H()
+    h.send("i1", topic="in", pos=(1, 0, 0))
+    h.send("i2", topic="in", pos=(1, 0, 1))
+    h.ack("i1", txn="T1")
+    h.commit("T1")
+    h.cursor([])
+    assert "i2" in only(h, "unacked-gone").message

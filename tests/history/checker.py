@@ -31,9 +31,11 @@ Checked per segment (topic) and per subscription:
   returned out of send order), unstable-replay (two readers covering the same range
   returned different values), contradictory-outcome (the client was told both
   committed and aborted), double-ack (a message acknowledged by two committed
-  transactions, or by one and a plain ack), lost-ack (a committed or plain ack not
-  on the cursor at the end), aborted-ack-applied (an ack applied although its only
-  transaction aborted), redelivered-after-commit (a consumer handed out a message
+  transactions, or plainly while a transaction that then committed held it),
+  lost-ack (a committed transaction's ack not on the cursor at the end),
+  aborted-ack-applied (an ack applied although its only transaction aborted),
+  unacked-gone (a message nobody acked is no longer on the subscription: an ack took
+  more than its messages, e.g. a whole batched entry), redelivered-after-commit (a consumer handed out a message
   after a transaction that acked it was reported committed), batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
@@ -342,6 +344,14 @@ class _Checker:
                 continue
             key = (op.args["topic"], op.args["sub"])
             remaining = set(op.result["remaining"])
+            tried = {a.args["value"] for a in self.ops if a.f == "ack" and a.outcome != FAIL
+                     and (a.args["topic"], a.args["sub"]) == key}
+            for v, send in self.sends.items():
+                if (send.args["topic"] == key[0] and send.outcome == OK
+                        and not send.args.get("txn") and send.completed < op.invoked
+                        and v not in tried and v not in remaining):
+                    self.flag("unacked-gone", f"{v} is gone from {key[0]}|{key[1]} although "
+                              "no ack of it was made", send, op)
             for v, ops in acks.get(key, {}).items():
                 before = [a for a in ops if a.completed < op.invoked]
                 if not before or any(a.args.get("txn") is None for a in before):

@@ -35,8 +35,9 @@ Checked per segment (topic) and per subscription:
   lost-ack (a committed transaction's ack not on the cursor at the end),
   aborted-ack-applied (an ack applied although its only transaction aborted),
   unacked-gone (a message nobody acked is no longer on the subscription: an ack took
-  more than its messages, e.g. a whole batched entry), redelivered-after-commit (a consumer handed out a message
-  after a transaction that acked it was reported committed), batch-twice (two
+  more than its messages, e.g. a whole batched entry), redelivered-after-commit (a
+  consumer handed out a message after a transaction that acked it was reported
+  committed), batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
   twice by one reader: exactly-once end to end), reused-id (a transaction id handed

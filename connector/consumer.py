@@ -56,12 +56,12 @@ class Consumer(GatedStream):
         # received (what an ack of it must use). Insertion ordered: a cumulative ack
         # under a txn names those up to it (``given``), so one that was acked under
         # another, committed txn and handed out again conflicts.
-        self._handed: dict[Position, object] = {}
+        self._handed: dict[Key, object] = {}
         # the watch thread applies committed acks (pops, prunes) while the application
         # thread hands out and acks: whole-dict operations take this lock
         self._handed_lock = threading.Lock()
         # handed out while another process's txn held them: a plain ack re-checks
-        self._held_elsewhere: set[Position] = set()
+        self._held_elsewhere: set[Key] = set()
         self._claims_seen = False  # this subscription has transactional claims
         self.reacked = 0  # deliveries of messages consumed under a committed txn
         self.acks = PendingAckStore(side.store, self.segment, subscription,
@@ -87,51 +87,67 @@ class Consumer(GatedStream):
         is acked again (with this copy's id) and dropped; a new copy of one this
         consumer handed out and has not acked replaces the old one's id and is not
         handed out twice (unless an abort asked for it again)."""
-        positions = [Position.of(raw.message_id()) for raw in raws]
-        view = self.side.store.claims_of(self.segment, self.subscription,
-                                          [ack_key(p) for p in positions])
+        store = self.side.store
+        if not store.has_claims(self.segment, self.subscription):
+            handed = self._handed
+            if not handed:  # the common case of a plain consumer: nothing to look at
+                return raws
+            out = []
+            for raw in raws:
+                k = _key(raw.message_id())
+                if k in handed and self._copy_of_handed(k, raw):
+                    continue
+                out.append(raw)
+            return out
+        keys = [_key(raw.message_id()) for raw in raws]
+        ack_keys = [ack_key(Position(*k)) for k in keys]
+        view = store.claims_of(self.segment, self.subscription, ack_keys)
         out = []
-        for raw, p in zip(raws, positions):
-            kind, holder = view.of(ack_key(p))
+        for raw, k, key in zip(raws, keys, ack_keys):
+            kind, holder = view.of(key)
             if kind == "committed":
                 self._native.acknowledge(raw)
-                self._handed.pop(p, None)
+                self._handed.pop(k, None)
                 self.reacked += 1
                 continue
             if kind == "held":
                 self._claims_seen = True
-            if p in self._handed:
-                self._handed[p] = raw.message_id()
-                if (p.ledger, p.entry, p.batch) not in self.expected_copies:
-                    continue
-            if kind == "held" and not self.acks.claimed_by_own(p):
-                self._held_elsewhere.add(p)
+            if k in self._handed and self._copy_of_handed(k, raw):
+                continue
+            if kind == "held" and not self.acks.claimed_by_own(Position(*k)):
+                self._held_elsewhere.add(k)
             out.append(raw)
         return out
+
+    def _copy_of_handed(self, k: Key, raw) -> bool:
+        """A new copy of a message handed out and not acked: its id replaces the old
+        one's (acks go by the copy the broker now tracks); it is not handed out again
+        unless an abort asked for it."""
+        self._handed[k] = raw.message_id()
+        return k not in self.expected_copies
 
     def _on_skip(self, raw) -> None:
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
         head = self.next_raw(timeout_millis)
-        self._handed[Position.of(head[1])] = head[1]
+        self._handed[_key(head[1])] = head[1]
         return self.wrap(head)
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
-        p = message.position
+        k = _key(message.message_id)
         if txn is None:
-            if self._claims_seen or p in self._held_elsewhere:
-                self._refuse_plain_ack_of_claimed([ack_key(p)])
-            self._native.acknowledge(self._handed.get(p) or message.message_id)
-            self._held_elsewhere.discard(p)
+            if self._claims_seen or k in self._held_elsewhere:
+                self._refuse_plain_ack_of_claimed([ack_key(Position(*k))])
+            self._native.acknowledge(self._handed.pop(k, None) or message.message_id)
+            if self._held_elsewhere:
+                self._held_elsewhere.discard(k)
         else:
             txn.enlist(self.acks)
             self._claims_seen = True
-            self.acks.acknowledge(txn.id, [p], cumulative=False)
-        if txn is None:
-            self._handed.pop(p, None)
+            self.acks.acknowledge(txn.id, [Position(*k)], cumulative=False)
         if self.expected_copies:  # acked: a late copy of it is a duplicate again
-            self.expected_copies.discard((p.ledger, p.entry, p.batch))
+            self.expected_copies.discard(k)
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         upto = message.position
@@ -144,19 +160,22 @@ class Consumer(GatedStream):
             if self._claims_seen or self._held_elsewhere:
                 self._refuse_plain_cumulative_over_claims(upto)
             self._ack_cumulative_native(upto)
-            self._held_elsewhere = {p for p in self._held_elsewhere if p > upto}
+            top = _pkey(upto)
+            self._held_elsewhere = {k for k in self._held_elsewhere if k > top}
         else:
             txn.enlist(self.acks)
             self._claims_seen = True
             own = self.acks.acked_by_own
+            top = _pkey(upto)
             with self._handed_lock:
-                given = [p for p in self._handed if p <= upto and not own(p)]
+                below = [k for k in self._handed if k <= top]
+            given = [p for p in (Position(*k) for k in below) if not own(p)]
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
                 if conflict.committed:  # a redelivery of an acked message: never again
                     known = ack_position(conflict.position)
-                    native = self._handed.pop(known, None)
+                    native = self._handed.pop(_pkey(known), None)
                     if native is not None:
                         self._native.acknowledge(native)
                 raise
@@ -202,16 +221,18 @@ class Consumer(GatedStream):
             return
         if upto.entry > 0:
             self._native.acknowledge_cumulative(_entry_id(upto.ledger, upto.entry - 1))
+        top = _pkey(upto)
         with self._handed_lock:
             handed = list(self._handed.items())
-        for p, native in handed:
-            if p <= upto and (upto.entry == 0 or p.entry_position == upto.entry_position):
+        for k, native in handed:
+            if k <= top and (upto.entry == 0 or k[:2] == top[:2]):
                 self._native.acknowledge(native)
 
     def _forget_upto(self, upto: Position) -> None:
         with self._handed_lock:
             if self._handed:
-                self._handed = {p: m for p, m in self._handed.items() if p > upto}
+                top = _pkey(upto)
+                self._handed = {k: m for k, m in self._handed.items() if k > top}
 
     def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
         """A committed txn's acks, as far as this consumer can apply them exactly: a
@@ -225,7 +246,7 @@ class Consumer(GatedStream):
                 self._forget_upto(upto)
             return
         for p in positions:
-            native = self._handed.pop(p, None)
+            native = self._handed.pop(_pkey(p), None)
             if native is not None:
                 self._native.acknowledge(native)
             elif p.batch < 0:
@@ -255,7 +276,7 @@ class Consumer(GatedStream):
             self.expected_copies.clear()
         self.expected_copies.update((p.ledger, p.entry, p.batch) for p in positions)
         for p in positions:
-            native = self._handed.get(p)
+            native = self._handed.get(_pkey(p))
             if native is None:
                 native = pulsar.MessageId(-1, p.ledger, p.entry, p.batch)._msg_id
             # the wrapper's negative_acknowledge takes only the native id
@@ -264,6 +285,18 @@ class Consumer(GatedStream):
     def close(self) -> None:
         self.side.participants.unregister(self.acks)
         self._c.close()
+
+
+Key = tuple[int, int, int]  # (ledger, entry, batch index): hashed and compared in C
+
+
+def _key(mid) -> Key:
+    """The key of a native message id (no Position object per message: hot path)."""
+    return mid.ledger_id(), mid.entry_id(), mid.batch_index()
+
+
+def _pkey(p: Position) -> Key:
+    return p.ledger, p.entry, p.batch
 
 
 def _entry_id(ledger: int, entry: int):

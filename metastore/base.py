@@ -176,6 +176,9 @@ class MetadataStore(Protocol):
                     positions: Sequence[str], cumulative: bool) -> None: ...
     def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]: ...
     def list_claims(self, segment: str, subscription: str) -> dict[str, str]: ...
+    def has_claims(self, segment: str, subscription: str) -> bool:
+        """Whether the claim table holds anything (a plain consumer's is empty: its
+        received messages need no look-up)."""
     def claims_of(self, segment: str, subscription: str,
                   keys: Sequence[str]) -> ClaimView:
         """The claim-table rows of these ack keys (one round trip): whether each is

@@ -187,6 +187,10 @@ class AckTables:
         with self._s.lock:
             return dict(self._s.claims.get((segment, subscription), {}))
 
+    def has_claims(self, segment: str, subscription: str) -> bool:
+        with self._s.lock:
+            return bool(self._s.claims.get((segment, subscription)))
+
     def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
         with self._s.lock:
             table = self._s.claims.get((segment, subscription), {})

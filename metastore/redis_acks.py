@@ -82,6 +82,10 @@ class RedisAcks:
         return self.r.hgetall(self.keys.ack_claims(segment, subscription))
 
     @translate
+    def has_claims(self, segment: str, subscription: str) -> bool:
+        return bool(self.r.exists(self.keys.ack_claims(segment, subscription)))
+
+    @translate
     def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
         row = self.r.hmget(self.keys.ack_claims(segment, subscription),
                            claim_view_fields(keys))

@@ -768,6 +768,7 @@ def test_claims_of_tells_free_held_and_committed_messages(store):
     store.release_acks(t2, "s", "sub", [K(4), K(6)], committed=True)
     store.claim_acks(t3, "s", "sub", [K(9)], True)
     keys = [K(i) for i in range(1, 13)]
+    assert store.has_claims("s", "sub") and not store.has_claims("s", "other")
     view = store.claims_of("s", "sub", keys)
     kinds = {i: view.of(K(i)) for i in range(1, 13)}
     assert kinds[10] == ("held", str(t1)) and kinds[8] == kinds[2] == ("held", str(t3))

@@ -140,16 +140,25 @@ def test_entries_of_another_deployment_are_never_delivered(make_client, topic_na
     a, b = make_client(namespace=f"a{topic_name()[-8:]}"), make_client(
         namespace=f"b{topic_name()[-8:]}", skip_foreign_deployments=True)
     t = topic_name()
+    # b's first use of each partition comes first: ids below a first use may be lost
+    # ones (a gap, never taken for collected), and a's id must lie above b's gaps
+    for q in range(b.store.partitions):
+        b.store.next_txn_id(partition=q)
     foreign = a.new_transaction()
     a.create_producer(t).send(b"a-aborted", txn=foreign)
     a.coordinator.abort(foreign.id)
     pb = b.create_producer(t)
     pb.send(b"b-plain")
     # b's ids of that partition pass a's id and get collected: its watermark covers it
+    # (ids follow the server's clock in microseconds: b hands out ids until past a's)
     p = foreign.id.partition
+    nxt = b.store.next_txn_id(partition=p)
+    while nxt.seq <= foreign.id.seq:
+        nxt = b.store.next_txn_id(partition=p)
     for _ in range(3):
-        own = b.store.create_txn(b.store.next_txn_id(partition=p), 60_000)
+        own = b.store.create_txn(nxt, 60_000)
         b.coordinator.commit(own.txn_id)
+        nxt = b.store.next_txn_id(partition=p)
     b.coordinator.sweep_gc(retention_ms=0)
     assert foreign.id in b.store.collected([foreign.id])  # b alone would take it as its own
     assert values(b.create_reader(t)) == [b"b-plain"]

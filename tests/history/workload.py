@@ -99,6 +99,38 @@ class Process:
         self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
         return value
 
+    def send_batch(self, topic: str, n: int) -> None:
+        """``n`` plain sends through a batching producer: one broker entry then holds
+        several messages (batch indexes), as the Spark sink writes them."""
+        producer = self.producers.get((topic, "batched"))
+        if producer is None:
+            producer = self.producers[(topic, "batched")] = self.client.create_producer(
+                topic, batching_enabled=True, batching_max_publish_delay_ms=20)
+        answers: dict[int, tuple] = {}
+        ops = []
+        for _ in range(n):
+            value = fresh_value(self.name)
+            op = self.h.invoke(self.name, "send", topic=producer.segment, value=value,
+                               key=None, txn=None, writer=producer.writer_id, row=None)
+            ops.append(op)
+            try:
+                producer.send_async(value.encode(), callback=lambda res, mid, i=op.index:
+                                    answers.__setitem__(i, (res, mid)))
+            except self.uncertain as e:
+                self.h.unknown(op, f"{type(e).__name__}: {e}")
+        try:
+            producer.flush()
+        except self.uncertain:
+            pass
+        for op in ops:  # completed once flushed: no later than the broker's answer
+            if op.outcome != "pending":
+                continue
+            res, mid = answers.get(op.index, (None, None))
+            if res == pulsar.Result.Ok:
+                self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+            else:
+                self.h.unknown(op, f"no answer, or {res}")
+
     def commit(self, label: str) -> None:
         txn = self.txns.pop(label)
         op = self.h.invoke(self.name, "commit", txn=label, winners=None)

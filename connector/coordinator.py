@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from pulsar_txn.errors import (
     ConfigError,
+    DeploymentChanged,
     InvalidTxnTransition,
     PulsarTxnError,
     TxnIdStale,
@@ -234,6 +235,11 @@ class TransactionCoordinator:
             while not self._stop.wait(interval_s):
                 try:
                     self.sweep_all(retention_ms)
+                except DeploymentChanged as e:
+                    # nothing of the new deployment is this process's to sweep; the check
+                    # left the change on the store, where writers and readers stop on it
+                    log.error("transaction sweeps stopped: %s", e)
+                    return
                 except PulsarTxnError as e:
                     log.warning("transaction sweep failed (will retry): %s", e)
 

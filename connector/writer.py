@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pulsar
 
 from pulsar_txn.entry_acks import EntryAcks
-from pulsar_txn.errors import AppendFailed, SegmentSealed
+from pulsar_txn.errors import AppendFailed, DeploymentChanged, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import Position, TxnId, txn_properties
 
@@ -122,12 +122,22 @@ class WriterRun:
         props.update(self._txn_props)
         return props
 
+    def _check_deployment(self) -> None:
+        """A registered run's appends need no store round trip, so the deployment change
+        its client's background check saw (sticky on the store) stops them: nothing is
+        appended under a deployment id the metastore no longer holds (hole 8)."""
+        lost = self.store.deployment_lost
+        if lost is not None:
+            self.errors.append("the metastore's deployment changed")
+            raise DeploymentChanged(lost)
+
     def send(self, value: bytes, properties: dict | None = None, **kw):
         """Synchronous append; the first one records the run's first position.
 
         Until that position is recorded, sends on this run are serialized: two
         concurrent first sends could otherwise record the higher of their positions.
         """
+        self._check_deployment()
         if self.first is not None:
             return self._append(value, properties, kw)
         with self._first_lock:
@@ -161,6 +171,7 @@ class WriterRun:
                    callback: Callable | None = None, **kw) -> None:
         # the first append is synchronous: its position pins the gate (so is every append
         # of a run whose first position stays unknown after a failure: see _unplaced)
+        self._check_deployment()
         if self.first is None:
             msg_id = self.send(value, properties, **kw)
             if callback:

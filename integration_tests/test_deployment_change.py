@@ -179,3 +179,40 @@ def test_read_only_cli_commands_never_create_a_namespace(client, redis_server, n
         err = capsys.readouterr().err
         assert "metastore.namespace" in err and namespace in err, (cmd, err)
     assert not client.store.r.exists(Keys(typo, 1).config())
+
+
+def test_a_running_writer_stops_appending_once_its_client_has_seen_the_reset(
+        make_client, plain_pulsar, topic_name, namespace):
+    """Hole 8, the writer's side: a run registered before the reset needs no store
+    round trip per send, so it learns the change from its client's background check
+    (the sweeper's, every interval): from then on every send raises, naming
+    metastore.url, and nothing more is appended under the old deployment id."""
+    import time
+
+    topic = topic_name("reset-run")
+    old = make_client(sweeper=True, sweep_interval_s=0.1)
+    producer = old.create_producer(topic)
+    txn = old.new_transaction()
+    producer.send(b"before", txn=txn)  # the run is registered
+    _wipe(old.store, namespace)
+    make_client()  # a new deployment at the same address
+    time.sleep(1.0)  # a few sweep intervals: the client has seen the change
+    with pytest.raises(DeploymentChanged, match="metastore.url"):
+        producer.send(b"across", txn=txn)
+    with pytest.raises(DeploymentChanged, match="metastore.url"):
+        producer.send_async(b"across-async", None, txn=txn)
+    producer.flush()
+    reader = plain_pulsar.create_reader(topic, pulsar_earliest())
+    seen = []
+    try:
+        while True:
+            seen.append(reader.read_next(1500).data())
+    except Exception:  # noqa: BLE001 - pulsar.Timeout: the topic is read
+        pass
+    assert seen == [b"before"], "appended under the old deployment after the change"
+
+
+def pulsar_earliest():
+    import pulsar
+
+    return pulsar.MessageId.earliest

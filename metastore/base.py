@@ -109,6 +109,8 @@ class MetadataStore(Protocol):
 
     def still_current(self) -> bool: ...  # same deployment, server, wire format as opened
     def check_deployment(self) -> None: ...  # raises DeploymentChanged after a reset
+    # the message of the first check that saw a change (sticky), else None
+    deployment_lost: str | None
     def add_foreign_skipped(self, n: int) -> None: ...  # other deployments' entries passed
     def foreign_skipped(self) -> int: ...
     def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it

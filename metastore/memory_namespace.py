@@ -60,9 +60,15 @@ class MemoryNamespace:
     def _name(self) -> str:
         return self.url[len("memory://"):]
 
+    deployment_lost: str | None = None  # see RedisNamespace
+
     def check_deployment(self) -> None:
         """Same deployment while the name holds this state (``reset_named``)."""
-        check_named(self._name, self.keys.ns, self._s)  # type: ignore[attr-defined]
+        try:
+            check_named(self._name, self.keys.ns, self._s)  # type: ignore[attr-defined]
+        except DeploymentChanged as e:
+            self.deployment_lost = str(e)
+            raise
 
     def add_foreign_skipped(self, n: int) -> None:
         """Count entries of other deployments a reader passed (see RedisNamespace)."""

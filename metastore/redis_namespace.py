@@ -19,6 +19,9 @@ from .replies import translate
 
 
 class RedisNamespace:
+    # set once a check saw the deployment change (sticky): writes that need no round
+    # trip of their own (a registered run's appends) read it before each send
+    deployment_lost: str | None = None
     """Mixin of RedisMetadataStore: the namespace's identity on the server."""
 
     r: redis.Redis
@@ -50,8 +53,9 @@ class RedisNamespace:
                                        f"'metastore.url') unreachable: {e}") from e
         now = dep or deployment
         if now != self.deployment or partitions is None or int(partitions) != self.partitions:
-            raise DeploymentChanged(deployment_changed(self.keys.ns, self.url, self.deployment,
-                                                       now))
+            self.deployment_lost = deployment_changed(self.keys.ns, self.url,
+                                                      self.deployment, now)
+            raise DeploymentChanged(self.deployment_lost)
 
     @translate
     def add_foreign_skipped(self, n: int) -> None:

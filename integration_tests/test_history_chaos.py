@@ -50,14 +50,21 @@ class Worker:
     """A consume-transform-produce worker process and its history file."""
 
     def __init__(self, tmp: Path, n: int, argv: list[str]) -> None:
+        self.n = n
         self.history = tmp / f"worker-{n}.jsonl"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "history.worker", *argv, "--history", str(self.history),
              "--name", f"w{n}", "--seed", str(n)],
             cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
-        line = self.proc.stdout.readline()
-        assert "WORKER-READY" in line, f"worker {n}: " + self.proc.stderr.read()[-3000:]
+        seen = []
+        for line in self.proc.stdout:  # pulsar-client may log a retry first
+            seen.append(line)
+            if "WORKER-READY" in line:
+                break
+        else:
+            raise AssertionError(f"worker {n} did not start: {''.join(seen)[-2000:]}"
+                                 + self.proc.stderr.read()[-3000:])
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -101,12 +108,17 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
     main.begin(5_000)  # creates the namespace before any reader opens it
     main.abort(next(iter(main.txns)))
     feeder = Process("feeder", main.client, h, UNCERTAIN)
+    # Failover: one worker at a time; Shared: two at once (a message one holds may be
+    # handed to the other, whose ack must conflict)
+    kind = rnd.choice(["Failover", "Shared"])
+    ctype = getattr(pulsar.ConsumerType, kind)
     argv = ["--service-url", broker.service_url, "--metastore-url", redis.url,
             "--namespace", namespace, "--input", src, "--subscription", SUB,
-            "--output", dst]
+            "--output", dst, "--type", kind]
+    print(f"history chaos: a {kind} subscription", flush=True)
     for _ in range(20):
         feeder.send(src)
-    workers = [Worker(tmp_path, 0, argv)]
+    workers = [Worker(tmp_path, i, argv) for i in range(1 if kind == "Failover" else 2)]
     faults: Counter = Counter()
     started = time.monotonic()
     try:
@@ -137,23 +149,26 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                 faults[fault] += 1
                 print(f"history chaos: step {step}: {fault}", flush=True)
                 if fault == "worker":
-                    workers[-1].kill()
+                    victim = rnd.choice([w for w in workers if w.proc.poll() is None])
+                    victim.kill()
                     workers.append(Worker(tmp_path, len(workers), argv))
                 elif fault == "redis":
                     redis.restart(crash=True)
                 else:
                     broker.restart()
-        workers[-1].finish(timeout=180)
+        for w in workers:
+            if w.proc.poll() is None:
+                w.finish(timeout=180)
         # every open transaction times out; the sweeper of main's client aborts it
         time.sleep(6)
         last = Process("final", client(sweeper=False), h, UNCERTAIN)
         # recovery: committed acks a kill left are applied
-        last.subscribe(src, SUB, consumer_type=pulsar.ConsumerType.Failover)
+        last.subscribe(src, SUB, consumer_type=ctype)
         while last.receive():
             pass
         last.consumer.close()
         plain = pulsar.Client(broker.service_url, logger=quiet_logger())
-        probe = plain.subscribe(src, SUB, consumer_type=pulsar.ConsumerType.Failover)
+        probe = plain.subscribe(src, SUB, consumer_type=ctype)
         # What is left: a message of a one-message entry on the broker's cursor itself;
         # one of a batched entry as the final consumer saw it (without batch-index acks
         # the broker keeps a partly acked entry whole, and a plain consumer gets all of
@@ -180,7 +195,7 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
         counts = h.counts()
         print(f"history chaos: seed {seed}, {time.monotonic() - started:.0f} s, operations "
               f"{dict(sorted(counts.items()))}, faults {dict(faults)}, "
-              f"{len(workers)} worker runs; {len(found)} anomalies")
+              f"{len(workers)} worker runs ({kind}); {len(found)} anomalies")
         assert not found, f"seed {seed}\n{explain(found)}"
         print("history chaos: 0 anomalies")
     finally:

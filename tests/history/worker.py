@@ -35,6 +35,7 @@ def main() -> None:
         a.add_argument(f"--{opt}", required=True)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--idle-s", type=float, default=5.0)
+    a.add_argument("--type", choices=["Failover", "Shared"], default="Failover")
     args = a.parse_args()
     rnd = random.Random(args.seed)
     h = Recorder(args.history, time.monotonic_ns)
@@ -43,10 +44,10 @@ def main() -> None:
     p = Process(args.name, client, h, UNCERTAIN)
     for attempt in range(12):  # the broker may be restarting, or still see a killed worker
         try:
-            # Failover: a new worker may subscribe while the broker still holds the
-            # consumer of the one just killed (pulsar-lite keeps an Exclusive one a while)
+            # Failover or Shared: a new worker may subscribe while the broker still holds
+            # the consumer of the one just killed (pulsar-lite keeps an Exclusive one)
             p.subscribe(args.input, args.subscription,
-                        consumer_type=pulsar.ConsumerType.Failover)
+                        consumer_type=getattr(pulsar.ConsumerType, args.type))
             break
         except UNCERTAIN:
             if attempt == 11:

@@ -370,7 +370,11 @@ def _metrics_main(args) -> int:
         except PulsarTxnError as e:
             print(f"pulsar-txn: {e}", file=sys.stderr)
             return 2
-    server, _ = serve(args.metastore, args.namespace, args.port, args.addr, client)
+    try:
+        server, _ = serve(args.metastore, args.namespace, args.port, args.addr, client)
+    except PulsarTxnError as e:  # e.g. a namespace that does not exist: named, one line
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
     print(f"serving Prometheus metrics on http://{args.addr}:{args.port}/metrics "
           f"(namespace {args.namespace}); Ctrl-C stops", flush=True)
     try:

@@ -174,7 +174,7 @@ def test_read_only_cli_commands_never_create_a_namespace(client, redis_server, n
     typo = namespace + "x"
     base = ["--metastore", redis_server.url, "--namespace", typo]
     for cmd in (["list"], ["show", "v5:1:1"], ["find", "o"], ["sweep"], ["wire-format"],
-                ["topic", "list"]):
+                ["topic", "list"], ["metrics", "serve", "--port", "0"]):
         assert main(base + cmd) == 2, cmd
         err = capsys.readouterr().err
         assert "metastore.namespace" in err and namespace in err, (cmd, err)

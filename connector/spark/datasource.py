@@ -162,7 +162,7 @@ class PulsarTxnDataSource(DataSource):
         returned. ``fail`` stops the query at the first one, before its offsets pass
         it, naming the deployment ids seen; ``skip`` passes them over (e.g. after a
         deliberate reset), counted in the progress (``foreignEntriesSkipped``) and the
-        metric ``pulsar_txn_foreign_entries_skipped``. A namespace that does not exist
+        metric ``pulsar_txn_foreign_entries_skipped_total``. A namespace that does not exist
         always fails the query: a source never creates one.
     failOnDataLoss : ``true``
         A planned range whose entries are gone (deleted topic or ledgers) fails the

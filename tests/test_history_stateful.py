@@ -23,7 +23,6 @@ import uuid
 from unittest import mock
 
 import pulsar
-import pytest
 from history import check
 from history.checker import explain
 from history.fake_pulsar import FakeBroker, FakeClient
@@ -91,11 +90,12 @@ def open_client(url: str, broker: FakeBroker, pump: EventPump) -> PulsarTxnClien
 
 
 class Faults:
-    """Which faults the machine injects. Each one off here is an open hole, kept as a
-    strict xfail below (never silently dropped)."""
+    """Which faults the machine injects. One that finds an open hole is turned off
+    here and kept as a strict xfail naming it (never silently dropped); issue 26 holes
+    2 and 3, found so, are closed: both faults are on."""
 
-    lose_grouped_acks = False  # issue 26 hole 2: a crash inside the ack-grouping window
-    plain_acks_of_held = False  # issue 26 hole 3: a plain ack bypasses PENDING_ACK
+    lose_grouped_acks = True  # a crash inside pulsar-client's ack-grouping window
+    plain_acks_of_held = True  # a plain ack of a message a transaction holds
     store_restarts = True  # a restart (no loss) or a restore of an earlier copy
 
 
@@ -331,7 +331,7 @@ class HistoryMachine(RuleBasedStateMachine):
             _NAMED.pop((self.name, "ptxn"), None)
 
 
-BUDGET = settings(max_examples=100, stateful_step_count=40, deadline=None, derandomize=True,
+BUDGET = settings(max_examples=300, stateful_step_count=50, deadline=None, derandomize=True,
                   database=None, suppress_health_check=list(HealthCheck))
 
 
@@ -343,26 +343,6 @@ def test_generated_histories_on_the_memory_store_show_no_anomaly():
     run(HistoryMachine)
 
 
-class LosingGroupedAcks(HistoryMachine):
-    class faults(Faults):
-        lose_grouped_acks = True
-
-
-class PlainAcksOfHeld(HistoryMachine):
-    class faults(Faults):
-        plain_acks_of_held = True
-
-
-@pytest.mark.xfail(strict=True, reason="issue 26 hole 2")
-def test_a_crash_inside_the_ack_grouping_window_loses_no_committed_ack():
-    run(LosingGroupedAcks)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 26 hole 3")
-def test_plain_acks_never_take_a_message_a_transaction_holds():
-    run(PlainAcksOfHeld)
-
-
 # ---- the shrunk cases the machine found, kept as replayable regression tests ----
 def replay(machine: type[HistoryMachine], *steps: tuple[str, dict]) -> None:
     """Run ``steps`` (rule name, arguments) on a fresh machine, then its final check."""
@@ -372,19 +352,17 @@ def replay(machine: type[HistoryMachine], *steps: tuple[str, dict]) -> None:
     m.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 hole 2")
 def test_found_a_committed_ack_lost_with_the_consumers_ack_group():
-    """Shrunk by the machine on fe3b2f1: lost-ack (the input stays on the subscription
-    although the transaction that consumed it committed) and redelivered-after-commit
-    (a fresh consumer hands it out again)."""
-    replay(LosingGroupedAcks, ("feed_input", {}), ("transform", {"i": 0}),
+    """Issue 26 hole 2, shrunk by the machine on fe3b2f1: lost-ack (the input stays on
+    the subscription although the transaction that consumed it committed) and
+    redelivered-after-commit (a fresh consumer hands it out again)."""
+    replay(HistoryMachine, ("feed_input", {}), ("transform", {"i": 0}),
            ("commit", {"base": "p0", "i": 0}), ("crash", {"base": "p0"}))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 hole 3")
 def test_found_a_plain_ack_accepted_while_a_transaction_held_the_message():
-    """Shrunk by the machine on fe3b2f1: double-ack (the plain ack succeeds, then the
-    transaction that held the message commits: consumed twice)."""
-    replay(PlainAcksOfHeld, ("feed_input", {}),
+    """Issue 26 hole 3, shrunk by the machine on fe3b2f1: double-ack (the plain ack
+    succeeds, then the transaction that held the message commits: consumed twice)."""
+    replay(HistoryMachine, ("feed_input", {}),
            ("ack", {"i": 0, "in_txn": True, "again": True}),
            ("commit", {"base": "p0", "i": 0}))

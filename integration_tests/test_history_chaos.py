@@ -118,7 +118,14 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
     print(f"history chaos: a {kind} subscription", flush=True)
     for _ in range(20):
         feeder.send(src)
-    workers = [Worker(tmp_path, i, argv) for i in range(1 if kind == "Failover" else 2)]
+    workers: list[Worker] = []
+
+    def top_up() -> None:
+        """As many running workers as the subscription type calls for."""
+        while sum(w.proc.poll() is None for w in workers) < (1 if kind == "Failover" else 2):
+            workers.append(Worker(tmp_path, len(workers), argv))
+
+    top_up()
     faults: Counter = Counter()
     started = time.monotonic()
     try:
@@ -149,13 +156,15 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                 faults[fault] += 1
                 print(f"history chaos: step {step}: {fault}", flush=True)
                 if fault == "worker":
-                    victim = rnd.choice([w for w in workers if w.proc.poll() is None])
-                    victim.kill()
-                    workers.append(Worker(tmp_path, len(workers), argv))
+                    alive = [w for w in workers if w.proc.poll() is None]
+                    if alive:  # one may have finished: idle longer than --idle-s
+                        rnd.choice(alive).kill()
+                    top_up()
                 elif fault == "redis":
                     redis.restart(crash=True)
                 else:
                     broker.restart()
+        top_up()  # someone drains what is left
         for w in workers:
             if w.proc.poll() is None:
                 w.finish(timeout=180)

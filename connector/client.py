@@ -15,6 +15,7 @@ pulsar client, the topic admin). Nothing else in the package depends on it.
 from __future__ import annotations
 
 import logging
+import numbers
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -90,6 +91,7 @@ class PulsarTxnClient:
         deployment (another namespace or metastore, or this one before a reset),
         counted in each reader's ``skipped_foreign``; by default a reader meeting one
         raises ForeignDeploymentEntries (never delivered either way)."""
+        check_pulsar_kwargs(pulsar_kwargs)  # before anything is opened
         check_service_url(service_url)  # no credentials: pulsar-client logs it whole
         self._metastore = (metastore_url, namespace, partitions)
         self._sweep = (sweeper, sweep_interval_s, retention_ms)
@@ -177,6 +179,7 @@ class PulsarTxnClient:
         ``metastore.url`` holds another deployment than this client opened: one
         read of its config per begin, so nothing is begun, written or committed
         under a stale deployment id."""
+        check_timeout_ms(timeout_ms)
         roles = self._roles(create=True)
         roles.store.check_deployment()
         return Transaction(roles.store, roles.coordinator.new_transaction(timeout_ms),
@@ -262,3 +265,34 @@ class PulsarTxnClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_timeout_ms(timeout_ms: object) -> int:
+    """A transaction timeout is whole milliseconds: ``"30s"`` or ``1.5`` is refused here
+    (int() would fail unnamed, or silently truncate to 1 ms)."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, numbers.Integral) \
+            or timeout_ms <= 0:
+        raise ConfigError(f"timeout_ms must be a positive int (milliseconds), got "
+                          f"{timeout_ms!r}")
+    return int(timeout_ms)
+
+
+def check_pulsar_kwargs(kwargs: dict) -> None:
+    """Keywords not ours go to ``pulsar.Client``; one it does not take is named here
+    with the valid ones, not as pulsar-client's ``Client.__init__`` TypeError after
+    the metastore was opened."""
+    import difflib
+    import inspect
+
+    theirs = [n for n in inspect.signature(pulsar.Client.__init__).parameters
+              if n not in ("self", "service_url")]
+    unknown = sorted(set(kwargs) - set(theirs))
+    if not unknown:
+        return
+    ours = [n for n, p in inspect.signature(PulsarTxnClient.__init__).parameters.items()
+            if p.kind is p.KEYWORD_ONLY]
+    near = difflib.get_close_matches(unknown[0], ours + theirs, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise ConfigError(f"PulsarTxnClient: unknown keyword argument(s) {', '.join(unknown)}"
+                      f"{hint}; PulsarTxnClient's own: {', '.join(ours)}; passed to "
+                      f"pulsar.Client: {', '.join(theirs)}")

@@ -65,6 +65,16 @@ def check_service_url(url: str, option: str = "service.url") -> str:
                           "pulsar[+ssl]://host:port[,host:port...] with no credentials, "
                           "query or fragment: credentials go in the authentication "
                           "options (pulsar.client.authPluginClassName / authParams)")
+    for hp in rest.rstrip("/").split(","):  # pulsar-client says only "invalid hostname"
+        host, colon, port = hp.strip().rpartition(":")
+        if not colon or "]" in port:  # no port, or a bare [IPv6]: the default port
+            host, port = hp.strip(), ""
+        elif not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"option '{option}' {redact_url(url)!r}: port {port!r} of "
+                              f"{hp.strip()!r} is not a number 1..65535")
+        if not host.strip("[]"):
+            raise ConfigError(f"option '{option}' {redact_url(url)!r}: a host is missing "
+                              "(pulsar[+ssl]://host:port[,host:port...])")
     return url
 
 

@@ -24,6 +24,7 @@ from functools import cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from pulsar_txn.errors import ConfigError
 from pulsar_txn.records import Position
 
 SEP = "|"
@@ -53,6 +54,14 @@ def _spread_tags(ns: str, partitions: int) -> tuple[str, ...]:
     return tuple(t for t in tags if t is not None)
 
 
+def namespace_refused(ns: str) -> str:
+    """Why ``ns`` cannot be a namespace: it prefixes every key, and braces would
+    change which part of a key Redis Cluster hashes (the partition tags)."""
+    return (f"option 'metastore.namespace' {ns!r}: a namespace must be non-empty and "
+            "contain no braces ({ or }): it prefixes every key, whose {...} part Redis "
+            "Cluster hashes")
+
+
 class Keys:
     """Key builder for one deployment (``ns`` is the per-deployment prefix).
 
@@ -69,7 +78,7 @@ class Keys:
 
     def __init__(self, ns: str, partitions: int, layout: str = "plain") -> None:
         if not ns or any(c in ns for c in "{}"):
-            raise ValueError(f"metastore key prefix {ns!r} must be non-empty and contain no braces")
+            raise ConfigError(namespace_refused(ns))
         if layout not in LAYOUTS:
             raise ValueError(f"unknown key layout {layout!r}")
         if not 1 <= partitions <= REDIS_CLUSTER_HASH_SLOTS:

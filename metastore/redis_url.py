@@ -19,6 +19,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from pulsar_txn.errors import ConfigError
+from pulsar_txn.metastore.keys import namespace_refused
 
 DURABILITY = ("strict", "waitaof", "relaxed")
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
@@ -80,14 +81,65 @@ def parse_store_url(url: str, namespace: str, durability: str | None) -> StoreUr
         raise ConfigError(
             f"metastore.url {shown!r}: scheme must be redis://, rediss:// (TLS), unix://, or "
             "redis+cluster:// / rediss+cluster:// (a Redis Cluster: host:port[,host:port...])")
+    cluster = parsed.scheme.endswith("+cluster")
+    if not cluster and parsed.scheme != "unix":
+        try:
+            parsed.port  # noqa: B018 (urllib's check; redis-py's says only "Port could not...")
+        except ValueError:
+            raise ConfigError(f"metastore.url {shown!r}: the port is not a number "
+                              "1..65535") from None
     query = parse_qs(parsed.query)
     namespace = query.pop("namespace", [namespace])[0]
+    if not namespace or any(c in namespace for c in "{}"):
+        raise ConfigError(f"{namespace_refused(namespace)} (metastore.url {shown!r})")
     durability = query.pop("durability", [durability or "strict"])[0]
     if durability not in DURABILITY:
         raise ConfigError(f"metastore.url {shown!r}: durability={durability!r}; expected one "
                           f"of {', '.join(DURABILITY)}")
+    if not cluster:
+        _check_query(parsed.scheme, set(query), shown)
     connect = urlunparse(parsed._replace(query=urlencode(query, doseq=True)))
-    return StoreUrl(connect, shown, namespace, durability, parsed.scheme.endswith("+cluster"))
+    if parsed.scheme == "unix" and not parsed.netloc:
+        # unix:///path: urlunparse drops the empty authority ("unix:/path"), which
+        # redis-py refuses; it is the same socket as unix://localhost/path
+        connect = "unix://" + connect[len("unix:"):]
+    return StoreUrl(connect, shown, namespace, durability, cluster)
+
+
+# the store's own URL options, taken out before redis-py sees the URL
+STORE_QUERY = ("namespace", "durability")
+
+
+def _check_query(scheme: str, names: set[str], shown: str) -> None:
+    """Refuse an option redis-py would refuse as ``AbstractConnection.__init__() got an
+    unexpected keyword argument``: name it, suggest the nearest, list the usual ones."""
+    import difflib
+    import inspect
+
+    from redis.connection import (
+        URL_QUERY_ARGUMENT_PARSERS,
+        Connection,
+        SSLConnection,
+        UnixDomainSocketConnection,
+    )
+
+    cls = {"rediss": SSLConnection, "unix": UnixDomainSocketConnection}.get(scheme, Connection)
+    accepted = {"max_connections"}  # the pool's; the rest go to the connection class
+    for c in cls.__mro__:
+        if "__init__" in c.__dict__:
+            accepted |= set(inspect.signature(c.__init__).parameters) - {"self", "kwargs"}
+    unknown = sorted(names - accepted)
+    if not unknown:
+        return
+    usual = sorted(n for n in accepted if n in URL_QUERY_ARGUMENT_PARSERS or n.startswith("ssl_")
+                   or n in ("username", "password", "client_name"))
+    near = difflib.get_close_matches(unknown[0], [*STORE_QUERY, *usual], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    if scheme != "rediss" and any(n.startswith("ssl_") for n in unknown):
+        hint += "; ssl_* options need rediss:// (TLS)"
+    raise ConfigError(f"metastore.url {shown!r}: unknown option(s) {', '.join(unknown)}{hint}; "
+                      f"known: {', '.join(STORE_QUERY)} (the store's), {', '.join(usual)} "
+                      "(redis-py's)")
 
 
 # what redis+cluster:// takes in its query, beside the store's own options

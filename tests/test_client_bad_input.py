@@ -98,3 +98,29 @@ def test_options_redis_py_takes_pass_through():
     cfg = parse_store_url("rediss://h:1/0?ssl_ca_certs=/ca.pem&socket_timeout=3&namespace=n"
                           "&max_connections=4&client_name=x", "ptxn", None)
     assert cfg.namespace == "n" and "ssl_ca_certs" in cfg.connect
+
+
+@pytest.mark.skipif(not __import__("shutil").which("redis-server"), reason="no redis-server")
+def test_a_store_opens_over_a_unix_socket_written_with_or_without_localhost(tmp_path):
+    import subprocess
+    import time
+
+    from pulsar_txn.metastore import open_store
+
+    sock = tmp_path / "r.sock"
+    server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock),
+                               "--appendonly", "yes", "--appendfsync", "always",
+                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        deployments = set()
+        for url in (f"unix://{sock}", f"unix://localhost{sock}"):
+            store = open_store(url + "?namespace=n")
+            deployments.add(store.deployment)
+            store.close()
+        assert len(deployments) == 1  # one server, one namespace
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -26,12 +26,17 @@ class Producer:
         self.segment = normalize_topic(topic)
         self.writer_id = f"p{uuid.uuid4().hex[:16]}"
         self.native = client.create_producer(self.segment, **kwargs)
+        self._bytes_only = kwargs.get("schema") is None
+
+    def _check(self, value: object, key: object, event_time_ms: object) -> None:
+        check_send(value, key, event_time_ms, self._bytes_only)
 
     def _run(self, txn: Transaction):
         return txn.run_for(self.segment, self.writer_id, self.native)
 
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn: Transaction | None = None, event_time_ms: int | None = None):
+        self._check(value, key, event_time_ms)  # refused before anything is registered
         if txn is None:
             return self.native.send(value, properties=user_props(properties),
                                     **send_kw(key, event_time_ms))
@@ -45,6 +50,7 @@ class Producer:
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn: Transaction | None = None,
                    event_time_ms: int | None = None) -> None:
+        self._check(value, key, event_time_ms)
         if txn is None:
             self.native.send_async(value, callback or (lambda r, m: None),
                                    properties=user_props(properties),
@@ -72,6 +78,24 @@ def user_props(properties: dict | None) -> dict:
         raise ConfigError(f"message property {reserved[0]!r}: properties starting with "
                           f"{PROTOCOL_PREFIX!r} are reserved")
     return props
+
+
+def check_send(value: object, key: object, event_time_ms: object, bytes_only: bool) -> None:
+    """A send's arguments, checked before anything is sent or registered, so a refused
+    send leaves its transaction able to commit. pulsar-client's own answers name its
+    ``partition_key``/``event_timestamp`` or say ``Invalid record obj``. None is a
+    value (a null value, as in pulsar-client); with a ``schema=`` the schema checks."""
+    if bytes_only and value is not None and not isinstance(value, bytes):
+        hint = " (encode it, e.g. value.encode(), or create the producer with " \
+               "schema=pulsar.schema.StringSchema())" if isinstance(value, str) else ""
+        raise ConfigError(f"send: 'value' must be bytes (the producer has no schema=), got "
+                          f"{type(value).__name__}{hint}")
+    if key is not None and not isinstance(key, str):
+        raise ConfigError(f"send: 'key' must be a str or None, got {type(key).__name__}")
+    if event_time_ms is not None and (isinstance(event_time_ms, bool)
+                                      or not isinstance(event_time_ms, int)):
+        raise ConfigError(f"send: 'event_time_ms' must be an int (ms since the epoch) or "
+                          f"None, got {type(event_time_ms).__name__}")
 
 
 def send_kw(key: str | None, event_time_ms: int | None) -> dict:

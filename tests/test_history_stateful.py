@@ -36,7 +36,7 @@ from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import ReadTimeout
 from pulsar_txn.metastore import MemoryMetadataStore
-from pulsar_txn.metastore.memory_store import _NAMED
+from pulsar_txn.metastore.memory_namespace import NAMED
 from pulsar_txn.records import Position
 
 A, B = "persistent://public/default/hist-a", "persistent://public/default/hist-b"
@@ -328,7 +328,7 @@ class HistoryMachine(RuleBasedStateMachine):
             for p in self.procs.values():
                 p.client.coordinator.close()
             self.sweeper.close()
-            _NAMED.pop((self.name, "ptxn"), None)
+            NAMED.pop((self.name, "ptxn"), None)
 
 
 BUDGET = settings(max_examples=300, stateful_step_count=50, deadline=None, derandomize=True,

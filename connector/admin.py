@@ -131,4 +131,12 @@ def check_admin_url(url: str | None, option: str = "admin.url") -> str | None:
         return None
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{option} {redact_url(url)!r} must start with http:// or https://")
+    parsed = urllib.parse.urlparse(url)
+    try:  # checked here: http.client's own error (at the first call) may show the password
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if not parsed.hostname or port == -1 or port == 0:
+        raise ConfigError(f"{option} {redact_url(url)!r} must be http[s]://host[:port] with "
+                          "a port 1..65535")
     return url.rstrip("/")

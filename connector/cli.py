@@ -79,7 +79,8 @@ def _global_options(defaults: bool) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__.splitlines()[0],
-                                 parents=[_global_options(True)])
+                                 parents=[_global_options(True), _topic_options(True)])
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     common = [_global_options(False)]
     sub = ap.add_subparsers(dest="cmd", required=True)
     ls = sub.add_parser("list", help="list transactions", parents=common)
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms = mt.add_subparsers(dest="metrics_cmd", required=True)
     serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
                           "--service-url (and the broker's credentials) also the "
-                          "per-segment gate lag", parents=[*common, _topic_options(True)])
+                          "per-segment gate lag", parents=[*common, _topic_options(False)])
     serve.add_argument("--port", type=int, default=9464)
     serve.add_argument("--addr", default="0.0.0.0", help="address to listen on")
     _topic_parser(sub, common)
@@ -271,9 +272,9 @@ def _topic_options(defaults: bool) -> argparse.ArgumentParser:
 
 
 def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
+    common = [*common, _topic_options(False)]  # the defaults are the top-level parser's
     tp = sub.add_parser("topic", help="scalable topics: create, describe, split, merge, list",
-                        parents=[*common, _topic_options(True)])
-    common = [*common, _topic_options(False)]
+                        parents=common)
     ts = tp.add_subparsers(dest="topic_cmd", required=True)
     c = ts.add_parser("create", help="create a scalable topic with N initial segments",
                       parents=common)
@@ -299,6 +300,15 @@ def _topic_parser(sub, common: list[argparse.ArgumentParser]) -> None:
     m.add_argument("a", type=int)
     m.add_argument("b", type=int)
     ts.add_parser("list", help="the deployment's scalable topics", parents=common)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pulsar-txn")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _pulsar_client(args):
@@ -329,13 +339,20 @@ def _topic_main(ap: argparse.ArgumentParser, args) -> int:
     if not args.service_url:
         ap.error("topic: --service-url (or PULSAR_TXN_SERVICE_URL) is required")
     try:
+        admin_url = check_admin_url(args.admin_url, "--admin-url")  # before any connection
         client, tls = _pulsar_client(args)
     except PulsarTxnError as e:
+        store.close()
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
-
-    topics = ScalableTopics(store, client, check_admin_url(args.admin_url, "--admin-url"),
-                            admin_auth=admin_auth(args.auth_plugin, args.auth_params, tls))
+    try:
+        topics = ScalableTopics(store, client, admin_url,
+                                admin_auth=admin_auth(args.auth_plugin, args.auth_params, tls))
+    except PulsarTxnError as e:
+        client.close()
+        store.close()
+        print(f"pulsar-txn: {e}", file=sys.stderr)
+        return 2
     try:
         if args.topic_cmd == "create":
             topics.create(args.name, args.segments, args.hash)

@@ -54,7 +54,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized, missing_namespace
+from .base import CLOCK_BEHIND_MAX_US, Collected, Materialized, clock_behind, missing_namespace
 from .keys import (
     LAYOUTS,
     SPREAD_LAYOUT,
@@ -67,7 +67,13 @@ from .redis_acks import RedisAcks
 from .redis_fsync import RedisFsync
 from .redis_layouts import RedisLayouts
 from .redis_namespace import RedisNamespace
-from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
+from .redis_url import (
+    auth_refused,
+    check_persistence,
+    cluster_client,
+    connection_pool,
+    parse_store_url,
+)
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
 from .scripts import Scripts
@@ -104,6 +110,10 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
             self.partitions, layout, self.deployment, self.wire_format = self._first_use(
                 cfg.namespace, partitions, create)
             self._run_id = self._server_run_id()
+        except redis.AuthenticationError as e:  # a ConnectionError to redis-py; not retriable
+            if self.pool is not None:
+                self.pool.disconnect()
+            raise ConfigError(auth_refused(cfg.connect, self.url)) from e
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
@@ -209,18 +219,18 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
     # ---- transactions ----
     @translate
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
-        if partition is None:
-            partition = (partition_of(owner, self.partitions) if owner
-                         else random.randrange(self.partitions))
-        p = partition
+        p = partition if partition is not None else (
+            partition_of(owner, self.partitions) if owner else random.randrange(self.partitions))
         with self._seq_lock:
             nxt, end = self._seq_blocks.get(p, (0, -1))
             while nxt > end:
                 k = self.keys
-                res = self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)],
-                                             args=[SEQ_BLOCK])
+                res = self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)], args=[SEQ_BLOCK])
                 if res[0] == "AHEAD":  # no id is handed out before the server's clock
-                    time.sleep(int(res[1]) / 1e6)  # reaches it (alloc_ids.lua): microseconds
+                    wait_us = int(res[1])  # reaches it (alloc_ids.lua): microseconds
+                    if wait_us > CLOCK_BEHIND_MAX_US:  # a server clock went back: say so
+                        raise MetastoreError(clock_behind(self.url, wait_us / 1e6))
+                    time.sleep(wait_us / 1e6)
                     continue
                 nxt, end = int(res[1]), int(res[2])
             self._seq_blocks[p] = (nxt + 1, end)

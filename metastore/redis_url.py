@@ -142,6 +142,18 @@ def _check_query(scheme: str, names: set[str], shown: str) -> None:
                       "(redis-py's)")
 
 
+def auth_refused(connect: str, shown: str) -> str:
+    """Why the server refused us, in the URL's terms: redis-py says a missing password
+    as the HELLO command's protocol message, and files both under ConnectionError."""
+    parsed = urlparse(connect)
+    if not parsed.password and "password" not in parse_qs(parsed.query):
+        return (f"metadata store {shown!r} (option 'metastore.url'): the server requires a "
+                "password and the URL gives none: redis://[user]:password@host:port/db")
+    return (f"metadata store {shown!r} (option 'metastore.url'): the server refused the "
+            "credentials in the URL (a wrong password, or an ACL user that does not exist "
+            "or is disabled)")
+
+
 # what redis+cluster:// takes in its query, beside the store's own options
 CLUSTER_QUERY = ("username", "password", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile",
                  "ssl_cert_reqs")

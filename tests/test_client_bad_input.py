@@ -5,6 +5,10 @@ a secret. No broker is needed: each is refused before anything connects."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+from contextlib import contextmanager
+
 import pytest
 
 from pulsar_txn.client import PulsarTxnClient
@@ -100,27 +104,50 @@ def test_options_redis_py_takes_pass_through():
     assert cfg.namespace == "n" and "ssl_ca_certs" in cfg.connect
 
 
-@pytest.mark.skipif(not __import__("shutil").which("redis-server"), reason="no redis-server")
-def test_a_store_opens_over_a_unix_socket_written_with_or_without_localhost(tmp_path):
-    import subprocess
-    import time
+needs_redis = pytest.mark.skipif(not __import__("shutil").which("redis-server"),
+                                 reason="no redis-server")
 
-    from pulsar_txn.metastore import open_store
 
+@contextmanager
+def _redis_on_socket(tmp_path, *args: str):
+    """A real redis-server (AOF, fsync always) listening on a unix socket only."""
     sock = tmp_path / "r.sock"
     server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock),
                                "--appendonly", "yes", "--appendfsync", "always",
-                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+                               "--dir", str(tmp_path), *args], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
+        yield sock
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@needs_redis
+@pytest.mark.parametrize("userinfo,said", [(f":{SECRET}@", "refused the credentials"),
+                                           (f"bob:{SECRET}@", "refused the credentials"),
+                                           ("", "requires a password")])
+def test_a_wrong_or_missing_redis_password_is_a_config_error_naming_metastore_url(
+        tmp_path, userinfo, said):
+    from pulsar_txn.metastore import open_store
+
+    with _redis_on_socket(tmp_path, "--requirepass", "right-one") as sock:
+        url = f"unix://{userinfo}localhost{sock}"
+        msg = _refused(lambda: open_store(url), "'metastore.url'", said)
+        assert "HELLO" not in msg and "unreachable" not in msg
+        open_store(f"unix://:right-one@localhost{sock}").close()
+
+
+@needs_redis
+def test_a_store_opens_over_a_unix_socket_written_with_or_without_localhost(tmp_path):
+    from pulsar_txn.metastore import open_store
+
+    with _redis_on_socket(tmp_path) as sock:
         deployments = set()
         for url in (f"unix://{sock}", f"unix://localhost{sock}"):
             store = open_store(url + "?namespace=n")
             deployments.add(store.deployment)
             store.close()
         assert len(deployments) == 1  # one server, one namespace
-    finally:
-        server.terminate()
-        server.wait(10)

@@ -67,13 +67,7 @@ from .redis_acks import RedisAcks
 from .redis_fsync import RedisFsync
 from .redis_layouts import RedisLayouts
 from .redis_namespace import RedisNamespace
-from .redis_url import (
-    auth_refused,
-    check_persistence,
-    cluster_client,
-    connection_pool,
-    parse_store_url,
-)
+from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
 from .scripts import Scripts
@@ -110,10 +104,6 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
             self.partitions, layout, self.deployment, self.wire_format = self._first_use(
                 cfg.namespace, partitions, create)
             self._run_id = self._server_run_id()
-        except redis.AuthenticationError as e:  # a ConnectionError to redis-py; not retriable
-            if self.pool is not None:
-                self.pool.disconnect()
-            raise ConfigError(auth_refused(cfg.connect, self.url)) from e
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "

@@ -142,10 +142,10 @@ def _check_query(scheme: str, names: set[str], shown: str) -> None:
                       "(redis-py's)")
 
 
-def auth_refused(connect: str, shown: str) -> str:
+def auth_refused(shown: str) -> str:
     """Why the server refused us, in the URL's terms: redis-py says a missing password
     as the HELLO command's protocol message, and files both under ConnectionError."""
-    parsed = urlparse(connect)
+    parsed = urlparse(shown)  # redacted: a password given shows as ***
     if not parsed.password and "password" not in parse_qs(parsed.query):
         return (f"metadata store {shown!r} (option 'metastore.url'): the server requires a "
                 "password and the URL gives none: redis://[user]:password@host:port/db")
@@ -206,7 +206,14 @@ def check_persistence(r: redis.Redis, shown: str, durability: str) -> None:
     """Refuse a server that would lose acknowledged decisions, unless the URL opts
     into a documented weaker mode (docs/durability.md): ``strict`` needs AOF with
     ``appendfsync always``; ``waitaof`` needs AOF and waits for the fsync of each
-    decision (WAITAOF); ``relaxed`` checks nothing (lost decisions fail closed)."""
+    decision (WAITAOF); ``relaxed`` checks nothing (lost decisions fail closed).
+
+    The store's first command: a refused password is said here, as a ConfigError (to
+    redis-py it is a ConnectionError, which the store reports as retriable)."""
+    try:
+        r.ping()
+    except redis.AuthenticationError as e:
+        raise ConfigError(auth_refused(shown)) from e
     if durability == "relaxed":
         return
     hint = ("add ?durability=relaxed to metastore.url to accept it (lost decisions come "

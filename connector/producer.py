@@ -9,7 +9,8 @@ message): that is the transaction's ``run_for``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pulsar
 
@@ -37,15 +38,16 @@ class Producer:
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn: Transaction | None = None, event_time_ms: int | None = None):
         self._check(value, key, event_time_ms)  # refused before anything is registered
-        if txn is None:
-            return self.native.send(value, properties=user_props(properties),
-                                    **send_kw(key, event_time_ms))
-        try:
-            return self._run(txn).send(value, user_props(properties),
-                                       **send_kw(key, event_time_ms))
-        except BaseException as e:
-            txn.send_failed(e)  # the transaction cannot commit (see Transaction.send_failed)
-            raise
+        with size_named(self.segment, value):
+            if txn is None:
+                return self.native.send(value, properties=user_props(properties),
+                                        **send_kw(key, event_time_ms))
+            try:
+                return self._run(txn).send(value, user_props(properties),
+                                           **send_kw(key, event_time_ms))
+            except BaseException as e:
+                txn.send_failed(e)  # the transaction cannot commit (Transaction.send_failed)
+                raise
 
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn: Transaction | None = None,
@@ -96,6 +98,19 @@ def check_send(value: object, key: object, event_time_ms: object, bytes_only: bo
                                       or not isinstance(event_time_ms, int)):
         raise ConfigError(f"send: 'event_time_ms' must be an int (ms since the epoch) or "
                           f"None, got {type(event_time_ms).__name__}")
+
+
+@contextmanager
+def size_named(topic: str, value: object) -> Iterator[None]:
+    """pulsar-client's ``MessageTooBig`` names neither the topic nor the limit."""
+    try:
+        yield
+    except pulsar.MessageTooBig as e:
+        size = f"{len(value)} bytes" if isinstance(value, bytes) else "its encoded value"
+        raise ConfigError(
+            f"send to {topic}: the message ({size}) is over the broker's maxMessageSize "
+            "(a broker setting, 5242880 bytes = 5 MB by default): split it, or create the "
+            "producer with chunking_enabled=True, batching_enabled=False") from e
 
 
 def send_kw(key: str | None, event_time_ms: int | None) -> dict:

@@ -59,3 +59,18 @@ def test_a_str_value_is_sent_by_a_producer_with_a_string_schema(sclient, topic_n
     topic = topic_name("str")
     sclient.create_producer(topic, schema=pulsar.schema.StringSchema()).send("text", key="k")
     assert [m.value for m in read_all(sclient.create_reader(topic), 1000)] == [b"text"]
+
+
+def test_a_message_over_the_size_limit_names_the_topic_and_the_limit(sclient, topic_name, broker):
+    for topic in _topics(sclient, topic_name, broker):
+        _too_big_is_named(sclient, topic)
+
+
+def _too_big_is_named(sclient, topic: str) -> None:
+    producer = sclient.create_producer(topic)
+    for txn in (None, sclient.new_transaction()):
+        with pytest.raises(ConfigError) as err:
+            producer.send(b"x" * (6 * 1024 * 1024), txn=txn)
+        msg = str(err.value)
+        assert topic in msg and "maxMessageSize" in msg and "6291456 bytes" in msg, msg
+        assert "chunking_enabled" in msg, msg

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pulsar
 
 from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed, TxnNotOpen
-from pulsar_txn.producer import check_send, send_kw, user_props
+from pulsar_txn.producer import check_send, send_kw, size_named, user_props
 from pulsar_txn.records import check_writer_id
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalable
@@ -190,14 +190,15 @@ class ScalableProducer:
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn=None, event_time_ms: int | None = None):
         check_send(value, key, event_time_ms, self._kwargs.get("schema") is None)
-        try:
-            props = user_props(properties)
-            with self._lock:
-                return self._send_sync(value, key, props, txn, event_time_ms)
-        except BaseException as e:
-            if txn is not None:
-                txn.send_failed(e)  # the transaction cannot commit (Transaction.send_failed)
-            raise
+        with size_named(f"topic://{self.topic}", value):
+            try:
+                props = user_props(properties)
+                with self._lock:
+                    return self._send_sync(value, key, props, txn, event_time_ms)
+            except BaseException as e:
+                if txn is not None:
+                    txn.send_failed(e)  # the transaction cannot commit (send_failed)
+                raise
 
     def send_async(self, value: bytes, callback: Callable | None = None, key: str | None = None,
                    properties: dict | None = None, txn=None,

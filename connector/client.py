@@ -199,9 +199,10 @@ class PulsarTxnClient:
         self._roles(create=True)
         with naming(self.service_url, what=f"creating a producer on {topic}"):
             if is_scalable(topic):
-                return ScalableProducer(self.pulsar, self.scalable, topic, **kwargs)
+                return ScalableProducer(self.pulsar, self.scalable, topic,
+                                        service_url=self.service_url, **kwargs)
             self._refuse_partitioned(topic)
-            return Producer(self.pulsar, topic, **kwargs)
+            return Producer(self.pulsar, topic, service_url=self.service_url, **kwargs)
 
     def create_reader(self, topic: str, start: str | Position = "earliest",
                       **kwargs) -> Reader | ScalableReader:

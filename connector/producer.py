@@ -14,7 +14,8 @@ from contextlib import contextmanager
 
 import pulsar
 
-from pulsar_txn.errors import ConfigError
+from pulsar_txn.errors import BrokerUnavailable, ConfigError
+from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.records import PROTOCOL_PREFIX
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.transaction import Transaction
@@ -23,7 +24,11 @@ from pulsar_txn.transaction import Transaction
 class Producer:
     """A producer whose sends may join a transaction (``txn=``)."""
 
-    def __init__(self, client: pulsar.Client, topic: str, **kwargs) -> None:
+    def __init__(self, client: pulsar.Client, topic: str, service_url: str = "",
+                 **kwargs) -> None:
+        """``service_url``: the client's, for errors (redacted); ``kwargs``:
+        pulsar-client's ``create_producer``."""
+        self.service_url = service_url
         self.segment = normalize_topic(topic)
         self.writer_id = f"p{uuid.uuid4().hex[:16]}"
         self.native = client.create_producer(self.segment, **kwargs)
@@ -38,7 +43,7 @@ class Producer:
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn: Transaction | None = None, event_time_ms: int | None = None):
         self._check(value, key, event_time_ms)  # refused before anything is registered
-        with size_named(self.segment, value):
+        with send_errors_named(self.segment, value, self.service_url):
             if txn is None:
                 return self.native.send(value, properties=user_props(properties),
                                         **send_kw(key, event_time_ms))
@@ -101,10 +106,18 @@ def check_send(value: object, key: object, event_time_ms: object, bytes_only: bo
 
 
 @contextmanager
-def size_named(topic: str, value: object) -> Iterator[None]:
-    """pulsar-client's ``MessageTooBig`` names neither the topic nor the limit."""
+def send_errors_named(topic: str, value: object, service_url: str) -> Iterator[None]:
+    """pulsar-client's ``MessageTooBig`` and ``Timeout`` name neither the topic nor the
+    limit nor the address."""
     try:
         yield
+    except pulsar.Timeout as e:
+        at = f" at {redact_url(service_url)}" if service_url else ""
+        raise BrokerUnavailable(
+            f"send to {topic}: the Pulsar broker{at} (option "
+            "'service.url') did not confirm it within the producer's send_timeout_millis "
+            "(default 30000): check that the broker is up; under a transaction, it can no "
+            "longer commit") from e
     except pulsar.MessageTooBig as e:
         size = f"{len(value)} bytes" if isinstance(value, bytes) else "its encoded value"
         raise ConfigError(

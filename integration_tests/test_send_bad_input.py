@@ -74,3 +74,31 @@ def _too_big_is_named(sclient, topic: str) -> None:
         msg = str(err.value)
         assert topic in msg and "maxMessageSize" in msg and "6291456 bytes" in msg, msg
         assert "chunking_enabled" in msg, msg
+
+
+def test_a_send_with_the_broker_gone_names_the_topic_and_service_url(tmp_path, redis_server,
+                                                                     namespace):
+    """Its own pulsar-lite, stopped under a producer: the send's timeout names what
+    to check (pulsar-client said a bare ``_pulsar.Timeout``)."""
+    from pulsar_txn.client import PulsarTxnClient
+    from pulsar_txn.errors import BrokerUnavailable
+    from pulsar_txn.harness.lite import PulsarLite
+
+    lite = PulsarLite(tmp_path / "lite")
+    lite.start()
+    client = PulsarTxnClient(lite.service_url, redis_server.url, namespace=namespace,
+                             sweeper=False, operation_timeout_seconds=2)
+    try:
+        topic = f"persistent://public/default/gone-{uuid.uuid4().hex[:8]}"
+        producer = client.create_producer(topic, send_timeout_millis=1500)
+        producer.send(b"before")
+        lite.stop()
+        for txn in (None, client.new_transaction()):
+            with pytest.raises(BrokerUnavailable) as err:
+                producer.send(b"after", txn=txn)
+            msg = str(err.value)
+            assert topic in msg and lite.service_url in msg and "'service.url'" in msg, msg
+            assert "send_timeout_millis" in msg, msg
+    finally:
+        client.close()
+        lite.stop()

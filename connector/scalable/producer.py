@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pulsar
 
 from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed, TxnNotOpen
-from pulsar_txn.producer import check_send, send_kw, size_named, user_props
+from pulsar_txn.producer import check_send, send_errors_named, send_kw, user_props
 from pulsar_txn.records import check_writer_id
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.dag import Layout, Segment, key_hash, normalize_scalable
@@ -58,9 +58,11 @@ class ScalableProducer:
     """
 
     def __init__(self, client: pulsar.Client, topics: ScalableTopics, name: str,
-                 writer_id: str | None = None, **kwargs) -> None:
-        """``topics``: the admin whose watched layouts this producer follows."""
+                 writer_id: str | None = None, service_url: str = "", **kwargs) -> None:
+        """``topics``: the admin whose watched layouts this producer follows;
+        ``service_url``: the client's, for errors (redacted)."""
         self.pulsar = client
+        self.service_url = service_url
         self.topics = topics
         self.topic = normalize_scalable(name)
         # a writer id the protocol property cannot carry is refused here, not at a send
@@ -190,7 +192,7 @@ class ScalableProducer:
     def send(self, value: bytes, key: str | None = None, properties: dict | None = None,
              txn=None, event_time_ms: int | None = None):
         check_send(value, key, event_time_ms, self._kwargs.get("schema") is None)
-        with size_named(f"topic://{self.topic}", value):
+        with send_errors_named(f"topic://{self.topic}", value, self.service_url):
             try:
                 props = user_props(properties)
                 with self._lock:

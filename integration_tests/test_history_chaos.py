@@ -7,10 +7,14 @@ several in one entry) and read with READ_COMMITTED reader sessions; worker proce
 (tests/history/worker.py) consume the input and, per message, send its transform to an
 output topic and ack the input in one transaction. Faults, at seeded random steps:
 SIGKILL of a worker (restarted), a Redis restart (SIGKILL, AOF with appendfsync always:
-nothing acknowledged may be lost), a broker restart. At the end, open transactions time
-out, a fresh consumer recovers and drains the subscription, a plain consumer lists what
-is left of the one-message entries, fresh readers read every topic to its end, and the
-checker must find 0 anomalies in the merged history.
+nothing acknowledged may be lost), a broker restart, and with
+``PULSAR_TXN_HISTORY_RESTORES=1`` a restore of the Redis data directory from a copy
+taken earlier in the run (decisions since may be lost: they become unknown, and what
+was seen of them is set aside; see tests/history/checker.py).
+At the end, open transactions time out, a fresh consumer recovers and drains the
+subscription, a plain consumer lists what is left of the one-message entries, fresh
+readers read every topic to its end, and the checker must find 0 anomalies in the
+merged history.
 
 Replay a failure with ``PULSAR_TXN_HISTORY_SEED=<the printed seed>``; the size is
 ``PULSAR_TXN_HISTORY_STEPS`` (default 150).
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +49,29 @@ pytestmark = [pytest.mark.slow]
 
 STEPS = int(os.environ.get("PULSAR_TXN_HISTORY_STEPS", "150"))
 SUB = "hist"
+# Restores of the Redis data directory find a hole not fixed yet (a long-lived client
+# keeps verdicts cached before a restore: tests/test_history_stateful.py,
+# test_found_a_reader_after_a_restore_delivers_a_commit_the_restore_lost): opt-in.
+RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "0") == "1"
+
+
+def copy_data_dir(server, dest: Path) -> Path:
+    """A copy of the running server's data directory, as a backup holds it."""
+    import redis as redis_py
+
+    redis_py.Redis.from_url(server.url).execute_command("BGREWRITEAOF")
+    time.sleep(0.5)  # the rewrite is quick on a few thousand keys; the copy follows it
+    shutil.copytree(server.workdir, dest)
+    return dest
+
+
+def restore_data_dir(server, copy: Path) -> None:
+    """A host crash under a weaker fsync mode, or a restore from a backup: the server
+    comes back with an earlier state (decisions since may be lost)."""
+    server.kill()
+    shutil.rmtree(server.workdir)
+    shutil.copytree(copy, server.workdir)
+    server.start()
 
 
 class Worker:
@@ -150,8 +178,11 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                     main.read(main.readers[rnd.choice(mine)][0], rnd.choice(mine))
                 else:
                     main.read(rnd.choice(topics))
+            if step % 15 == 7:  # a backup of the metastore, for a later restore
+                copy = (h.now, copy_data_dir(redis, tmp_path / f"copy-{step}"))
             if step % 15 == 14:
-                fault = rnd.choice(["worker", "worker", "redis", "broker"])
+                fault = rnd.choice(["worker", "worker", "redis", "broker"]
+                                   + (["restore"] if RESTORES else []))
                 h.note("harness", "fault", what=fault)
                 faults[fault] += 1
                 print(f"history chaos: step {step}: {fault}", flush=True)
@@ -162,6 +193,9 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                     top_up()
                 elif fault == "redis":
                     redis.restart(crash=True)
+                elif fault == "restore":  # maybe the same copy again: ids never reused
+                    restore_data_dir(redis, copy[1])
+                    h.restore(copy[0], process="harness")
                 else:
                     broker.restart()
         top_up()  # someone drains what is left
@@ -205,6 +239,10 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
         print(f"history chaos: seed {seed}, {time.monotonic() - started:.0f} s, operations "
               f"{dict(sorted(counts.items()))}, faults {dict(faults)}, "
               f"{len(workers)} worker runs ({kind}); {len(found)} anomalies")
+        if found:
+            dump = tmp_path / "history.txt"
+            dump.write_text(str(h))
+            print(f"history chaos: the whole history is in {dump}")
         assert not found, f"seed {seed}\n{explain(found)}"
         print("history chaos: 0 anomalies")
     finally:

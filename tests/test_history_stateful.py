@@ -23,6 +23,7 @@ import uuid
 from unittest import mock
 
 import pulsar
+import pytest
 from history import check
 from history.checker import explain
 from history.fake_pulsar import FakeBroker, FakeClient
@@ -366,3 +367,19 @@ def test_found_a_plain_ack_accepted_while_a_transaction_held_the_message():
     replay(HistoryMachine, ("feed_input", {}),
            ("ack", {"i": 0, "in_txn": True, "again": True}),
            ("commit", {"base": "p0", "i": 0}))
+
+
+@pytest.mark.xfail(strict=True, reason="found by issue 27's runs, not in issue 26's list: a "
+                   "client's TransactionBuffer keeps final verdicts across a metastore restore")
+def test_found_a_reader_after_a_restore_delivers_a_commit_the_restore_lost():
+    """A long-lived client read T1's committed entry; the metastore is then restored to a
+    copy taken before T1's commit (T1 is OPEN there, and times out). A reader the same
+    client opens after the restore, even once the restore's RESYNC event arrived,
+    still delivers T1's entry from the verdict its TransactionBuffer cached; a fresh
+    client does not (aborted-read, unstable-replay). The real-services run finds the
+    same with a restored Redis data directory (seed 2140388733)."""
+    replay(HistoryMachine, ("begin", {"base": "p0"}), ("save_store", {}),
+           ("send", {"base": "p0", "topic": A, "in_txn": True, "i": 0, "key": None}),
+           ("commit", {"base": "p0", "i": 0}), ("read", {"base": "p0", "topic": A, "new": True}),
+           ("restart_store", {"lose": True}), ("deliver_events", {}),
+           ("read", {"base": "p0", "topic": A, "new": True}))

@@ -169,8 +169,16 @@ class _Checker:
         return None if w is None else send.args.get("writer") in w
 
     # ---- decisions ----
+    def decided(self, op: Op) -> bool:
+        """A decision the client saw that no later restore of the metastore can have
+        lost (the processes' histories are merged after the run, so this is decided
+        here, not when the restore was recorded)."""
+        return op.outcome == OK and not self.lost(op)
+
     def decisions(self) -> None:
         for op in self.ops:
+            if op.f in ("commit", "abort", "sweep") and self.lost(op):
+                continue
             if op.f == "commit" and op.outcome == OK:
                 self.prove(op.args["txn"], COMMITTED, "commit-ok", "its commit succeeded", op)
             elif op.f == "commit" and op.outcome == FAIL:
@@ -325,7 +333,7 @@ class _Checker:
         for op in self.ops:
             if op.f == "ack" and op.outcome == OK:
                 acks[(op.args["topic"], op.args["sub"])][op.args["value"]].append(op)
-        committed_ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and c.outcome == OK}
+        committed_ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and self.decided(c)}
         for (topic, sub), by_value in acks.items():
             for v, ops in by_value.items():
                 self.acked_twice(f"{topic}|{sub}", v, ops, committed_ok)
@@ -394,7 +402,7 @@ class _Checker:
         for op in self.ops:
             if op.f == "batch":
                 by_batch[(op.args["sink"], op.args["batch_id"])].append(op)
-        ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and c.outcome == OK}
+        ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and self.decided(c)}
         for (sink, b), ops in by_batch.items():
             done = [(o, ok[o.args["txn"]]) for o in ops if o.args["txn"] in ok]
             if len({o.args["txn"] for o, _ in done}) > 1:

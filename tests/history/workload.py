@@ -22,6 +22,7 @@ import pulsar
 from pulsar_txn.errors import (
     AckConflict,
     AppendFailed,
+    BrokerUnavailable,
     InvalidTxnTransition,
     ReadTimeout,
     TxnNotFound,
@@ -93,7 +94,7 @@ class Process:
         except REFUSED as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return value
-        except (pulsar.Timeout, *self.uncertain) as e:  # stored or not: cannot tell
+        except (pulsar.Timeout, BrokerUnavailable, *self.uncertain) as e:  # stored or not
             self.h.unknown(op, f"{type(e).__name__}: {e}")
             return value
         self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))

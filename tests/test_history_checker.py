@@ -408,3 +408,16 @@ def test_a_message_nobody_acked_gone_from_the_subscription_is_flagged():
     h.commit("T1")
     h.cursor([])
     assert "i2" in only(h, "unacked-gone").message
+
+
+def test_a_committed_transactions_output_read_while_its_ack_is_missing_is_a_lost_ack():
+    """Consume-transform-produce whose commit's answer was lost: its output was read,
+    so it committed, and its input must be off the subscription."""
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.send("o1", topic="out", txn="T1", pos=P(0))
+    h.ack("i1", txn="T1")
+    h.commit("T1", outcome=UNKNOWN)
+    h.read("r", [(P(0), "o1")], topic="out", complete=True)
+    h.cursor(["i1"])
+    only(h, "lost-ack")

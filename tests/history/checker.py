@@ -91,6 +91,8 @@ _PAIRS = [
     (("ack-applied", "swept"), "aborted-ack-applied"),
     (("ack-applied", "commit-failed"), "aborted-ack-applied"),
     (("read", "passed-over"), "fractured-read"),
+    (("read", "ack-kept"), "lost-ack"),  # its output was read: it committed
+    (("ack-applied", "passed-over"), "fractured-read"),
 ]
 
 

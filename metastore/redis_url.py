@@ -202,6 +202,41 @@ def connection_pool(url: str, socket_timeout: float) -> redis.ConnectionPool:
     )
 
 
+def _refuse_plain_server_behind_tls_url(r: redis.Redis | RedisCluster, shown: str) -> None:
+    """rediss:// to a server without TLS: the handshake gets no answer, and redis-py's
+    retries say "Timeout connecting to server" after 50 s. One TLS connect without
+    retries first; if it fails and the address answers a plain PING, say so. Any other
+    failure is left to the retried commands that follow."""
+    import socket
+
+    from redis.backoff import NoBackoff
+    from redis.connection import SSLConnection
+
+    pool = getattr(r, "connection_pool", None)  # a cluster client has none: not probed
+    if pool is None or not issubclass(pool.connection_class, SSLConnection):
+        return
+    kwargs = pool.connection_kwargs
+    conn = pool.connection_class(**{**kwargs, "retry": Retry(NoBackoff(), 0)})
+    try:
+        conn.connect()
+        return
+    except (redis.ConnectionError, redis.TimeoutError):
+        pass
+    finally:
+        conn.disconnect()
+    try:
+        with socket.create_connection((kwargs["host"], kwargs.get("port", 6379)), 2) as s:
+            s.settimeout(2)
+            s.sendall(b"PING\r\n")
+            plain = s.recv(16)[:1] in (b"+", b"-")
+    except OSError:
+        return
+    if plain:
+        raise ConfigError(f"metadata store {shown!r} (option 'metastore.url'): the server "
+                          "answers plain Redis, not TLS: use redis:// (or enable TLS on "
+                          "the server)")
+
+
 def check_persistence(r: redis.Redis, shown: str, durability: str) -> None:
     """Refuse a server that would lose acknowledged decisions, unless the URL opts
     into a documented weaker mode (docs/durability.md): ``strict`` needs AOF with
@@ -210,6 +245,7 @@ def check_persistence(r: redis.Redis, shown: str, durability: str) -> None:
 
     The store's first command: a refused password is said here, as a ConfigError (to
     redis-py it is a ConnectionError, which the store reports as retriable)."""
+    _refuse_plain_server_behind_tls_url(r, shown)
     try:
         r.ping()
     except redis.AuthenticationError as e:

@@ -64,23 +64,40 @@ class Consumer(GatedStream):
         self._held_elsewhere: set[Key] = set()
         self._claims_seen = False  # this subscription has transactional claims
         self.reacked = 0  # deliveries of messages consumed under a committed txn
-        self.acks = PendingAckStore(side.store, self.segment, subscription,
-                                    apply=self._apply_acks, redeliver=self._redeliver,
-                                    cursor=self._cursor if side.admin_url else None)
-        side.participants.register(self.acks)
-        self.recovered = self.acks.recover()
+        self._stash: list = []  # received, not yet checked against the claim table
+        try:
+            self.acks = PendingAckStore(side.store, self.segment, subscription,
+                                        apply=self._apply_acks, redeliver=self._redeliver,
+                                        cursor=self._cursor if side.admin_url else None)
+            side.participants.register(self.acks)
+            self.recovered = self.acks.recover()
+        except BaseException:
+            # the subscription must stay openable: a consumer left connected would
+            # hold it (Exclusive: ConsumerBusy) for as long as this process lives
+            if getattr(self, "acks", None) is not None:
+                side.participants.unregister(self.acks)
+            self._c.close()
+            raise
 
     def _pull(self, timeout_ms: int) -> None:
         receive = self._native.receive
-        got = []
+        got, self._stash = self._stash, []
         try:
-            got.append(receive(timeout_ms))
+            got.append(receive(0 if got else timeout_ms))
             for _ in range(DRAIN):
                 got.append(receive(0))
         except pulsar.Timeout:
             pass
-        if got:
-            self.ingest(self._unclaimed(got))
+        if not got:
+            return
+        try:
+            passed = self._unclaimed(got)
+        except BaseException:
+            # taken from pulsar-client, which will not give them again to a live
+            # consumer: kept and checked again at the next receive (never dropped)
+            self._stash = got
+            raise
+        self.ingest(passed)
 
     def _unclaimed(self, raws: list) -> list:
         """The received messages to hand out: a message consumed under a committed txn
@@ -88,7 +105,7 @@ class Consumer(GatedStream):
         consumer handed out and has not acked replaces the old one's id and is not
         handed out twice (unless an abort asked for it again)."""
         store = self.side.store
-        if not store.has_claims(self.segment, self.subscription):
+        if not self._claims_seen and not store.has_claims(self.segment, self.subscription):
             handed = self._handed
             if not handed:  # the common case of a plain consumer: nothing to look at
                 return raws
@@ -99,6 +116,8 @@ class Consumer(GatedStream):
                     continue
                 out.append(raw)
             return out
+        # a table with anything in it: plain acks on this subscription are checked too
+        self._claims_seen = True
         keys = [_key(raw.message_id()) for raw in raws]
         ack_keys = [ack_key(Position(*k)) for k in keys]
         view = store.claims_of(self.segment, self.subscription, ack_keys)
@@ -124,7 +143,9 @@ class Consumer(GatedStream):
         one's (acks go by the copy the broker now tracks); it is not handed out again
         unless an abort asked for it."""
         self._handed[k] = raw.message_id()
-        return k not in self.expected_copies
+        # a copy the broker sent again on purpose (an ack timeout, a negative ack) is
+        # handed out again as pulsar-client would; one of a reconnect is not
+        return k not in self.expected_copies and raw.redelivery_count() == 0
 
     def _on_skip(self, raw) -> None:
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
@@ -145,7 +166,11 @@ class Consumer(GatedStream):
         else:
             txn.enlist(self.acks)
             self._claims_seen = True
-            self.acks.acknowledge(txn.id, [Position(*k)], cumulative=False)
+            try:
+                self.acks.acknowledge(txn.id, [Position(*k)], cumulative=False)
+            except AckConflict as conflict:
+                self._after_conflict(txn, conflict, Position(*k))
+                raise
         if self.expected_copies:  # acked: a late copy of it is a duplicate again
             self.expected_copies.discard(k)
 
@@ -173,14 +198,21 @@ class Consumer(GatedStream):
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
-                if conflict.committed:  # a redelivery of an acked message: never again
-                    known = ack_position(conflict.position)
-                    native = self._handed.pop(_pkey(known), None)
-                    if native is not None:
-                        self._native.acknowledge(native)
+                self._after_conflict(txn, conflict, ack_position(conflict.position))
                 raise
             return
         self._forget_upto(upto)
+
+    def _after_conflict(self, txn: Transaction, conflict: AckConflict, p: Position) -> None:
+        """A copy of a message consumed under a committed txn is acked again, never
+        again handed out; one another live txn holds goes round again once ``txn`` ends
+        (the application aborts it, or commits without it)."""
+        if conflict.committed:
+            native = self._handed.pop(_pkey(p), None)
+            if native is not None:
+                self._native.acknowledge(native)
+        else:
+            self.acks.refused(txn.id, p)
 
     def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:
         """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
@@ -229,10 +261,11 @@ class Consumer(GatedStream):
                 self._native.acknowledge(native)
 
     def _forget_upto(self, upto: Position) -> None:
+        """In place (a receive on the other thread adds keys without the lock)."""
+        top = _pkey(upto)
         with self._handed_lock:
-            if self._handed:
-                top = _pkey(upto)
-                self._handed = {k: m for k, m in self._handed.items() if k > top}
+            for k in [k for k in list(self._handed) if k <= top]:
+                self._handed.pop(k, None)
 
     def _apply_acks(self, positions: list[Position], cumulative: bool) -> None:
         """A committed txn's acks, as far as this consumer can apply them exactly: a

@@ -69,6 +69,7 @@ class PendingAckStore:
         self._pending: dict[TxnId, list[tuple[list[Position], bool]]] = {}
         self._own: dict[Position, TxnId] = {}  # individually acked by a pending txn
         self._own_cumulative: dict[TxnId, Position] = {}
+        self._refused: dict[TxnId, list[Position]] = {}
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
@@ -86,7 +87,9 @@ class PendingAckStore:
                                     claimed_fields(keys, cumulative))
             raise
         with self._lock:
-            self._pending.setdefault(txn_id, []).append((list(positions), cumulative))
+            # a cumulative ack keeps what it was given: an abort hands those out again
+            held = list(positions) + (list(given) if cumulative else [])
+            self._pending.setdefault(txn_id, []).append((held, cumulative))
             if cumulative:
                 top = max(positions)
                 if self._own_cumulative.get(txn_id, top) <= top:
@@ -122,6 +125,12 @@ class PendingAckStore:
         a lost decision comes back OPEN and times out ABORTED. Until then the txn stays
         pending here; the committer's own call after its WAITAOF, or recovery, applies
         it."""
+        with self._lock:
+            refused = self._refused.pop(txn_id, None)
+        if refused and self._redeliver:
+            # acks of it this txn was refused (another txn held the message): whatever
+            # this txn's end, the message goes round again and is checked again
+            self._redeliver(refused)
         if state is TxnState.COMMITTED and not self._durably_committed(txn_id):
             return
         with self._lock:
@@ -133,12 +142,24 @@ class PendingAckStore:
                         del self._own[p]
         if local is None and state is TxnState.ABORTED:
             return
+        # COMMITTED with nothing local: the event's call got there first and may still
+        # be applying; applying again is idempotent and makes the committer's commit()
+        # return only once the tombstones are written
         if state is TxnState.COMMITTED:
             self._apply_committed(txn_id)
-        elif state is TxnState.ABORTED:
+        elif state is TxnState.ABORTED and local:
+            # redelivery first: a copy of a message whose claim is void is handed out
+            # and claimed anew, so a failure to release below loses nothing
+            if self._redeliver:
+                self._redeliver(sorted({p for ps, _ in local for p in ps}))
             self.store.release_acks(txn_id, self.segment, self.subscription)
-            if self._redeliver and local:
-                self._redeliver([p for ps, cum in local if not cum for p in ps])
+
+    def refused(self, txn_id: TxnId, p: Position) -> None:
+        """An ack of ``p`` under ``txn_id`` conflicted with another live txn's claim:
+        the message is handed out again once ``txn_id`` ends (never stuck in the
+        consumer that got the conflict)."""
+        with self._lock:
+            self._refused.setdefault(txn_id, []).append(p)
 
     def _durably_committed(self, txn_id: TxnId) -> bool:
         h = self.store.final_headers([txn_id]).get(txn_id)
@@ -266,11 +287,19 @@ class PendingAckStore:
             holders.add(claims.cumulative[0])
         if claims.committed:
             settled.add(claims.committed[0])
-        ids = [TxnId.parse(h) for h in holders | settled]
+        pending = {str(t) for t in self.pending_txns()}
+        ids = [TxnId.parse(h) for h in holders | settled | pending]
         # a decision a host crash can still lose counts as not taken (waitaof)
         headers = self.store.final_headers(ids) if ids else {}
         stats = {"applied": 0, "released": 0, "open": 0, "failed": 0}
         for t, h in headers.items():
+            if str(t) in pending and (h is None or h.state is not TxnState.OPEN):
+                # an end this process missed (a watch outage): the whole on_end, so an
+                # abort also hands the messages out again
+                self.on_end(t, TxnState.ABORTED if h is None else h.state)
+                stats["released" if h is None or h.state is TxnState.ABORTED
+                      else "applied"] += 1
+                continue
             if str(t) in settled and str(t) not in holders:
                 if h is not None and h.open_ack_records > 0:
                     rec = self._record(t)
@@ -301,7 +330,7 @@ def settle_committed_acks(store: MetadataStore, txn_id: TxnId) -> int:
     (an operator's command, or GC finding it ACKS_PENDING past the retention): the
     tombstones make every consumer of those subscriptions ack the messages when they
     are delivered, so nothing of the broker is needed. Returns the records settled."""
-    h = store.get_header(txn_id)
+    h = store.final_headers([txn_id]).get(txn_id)  # waitaof: only a durable commit
     if h is None or h.state is not TxnState.COMMITTED:
         return 0
     settled = 0

@@ -20,6 +20,7 @@ import pytest
 
 from pulsar_txn.client import quiet_logger, read_all
 from pulsar_txn.errors import AckConflict, AckNotAllowed, ReadTimeout
+from pulsar_txn.metastore.keys import ack_key
 
 N = 5
 
@@ -283,8 +284,6 @@ def test_a_post_decision_apply_failure_never_makes_a_subscription_unopenable(
     ack on what is now a Shared subscription, written by an older build) neither
     stops subscribe() nor stays ACKS_PENDING: its messages are settled and never
     handed out again."""
-    from pulsar_txn.metastore.keys import ack_key
-
     t = topic_name()
     fill(t)
     client = make_client()
@@ -333,3 +332,121 @@ def test_an_acks_pending_txn_is_listed_and_settled_by_an_operator_command(
     assert json.loads(capsys.readouterr().out) == []
     assert _fresh_values(make_client, t) == [b"m1", b"m2", b"m4"]
     _cursor_is_past_everything(broker, t)
+
+
+# ---- found by review (issue 26): a failure in the consumer's own round trips ----
+def _blip_once(monkeypatch, store, name: str) -> None:
+    """The store call ``name`` fails once with the metastore unreachable (a Redis
+    blip), then works: fault injection at the store boundary."""
+    from pulsar_txn.errors import MetastoreUnavailable
+
+    real, calls = getattr(store, name), []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MetastoreUnavailable("injected: the metastore is unreachable")
+        return real(*a, **k)
+    monkeypatch.setattr(store, name, flaky)
+
+
+def test_a_metastore_blip_while_receiving_loses_no_received_message(
+        make_client, fill, topic_name, monkeypatch):
+    """The messages pulsar-client handed over before the claim check failed are kept
+    and checked again (a live consumer never gets them from the broker again); a
+    later committed cumulative ack never passes over unprocessed ones."""
+    from pulsar_txn.errors import MetastoreUnavailable
+
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    _blip_once(monkeypatch, c.side.store, "has_claims")
+    with pytest.raises(MetastoreUnavailable):
+        c.receive(5000)
+    got = list(read_all(c, 3000))  # the application retries after the blip
+    assert [m.value for m in got] == [b"m%d" % i for i in range(N)]
+    with client.transaction() as txn:
+        c.acknowledge_cumulative(got[-1], txn=txn)
+    c.close()
+    assert _fresh_values(make_client, t) == []
+
+
+def test_a_failed_recovery_leaves_the_subscription_openable(make_client, fill, topic_name,
+                                                           monkeypatch):
+    """subscribe() that fails after the broker accepted the consumer closes it: the
+    next subscribe of the same Exclusive subscription is not refused as busy."""
+    from pulsar_txn.errors import MetastoreUnavailable
+
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    _blip_once(monkeypatch, client.read_side.store, "list_claims")
+    with pytest.raises(MetastoreUnavailable):
+        client.subscribe(t, "sub")
+    c = client.subscribe(t, "sub")
+    assert len(list(read_all(c, 2500))) == N
+
+
+def _redelivering(broker):
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite 0.2 does not redeliver negatively acked messages on an "
+                    "Exclusive subscription")
+
+
+def test_an_aborted_cumulative_ack_hands_its_messages_out_again(
+        make_client, fill, topic_name, broker):
+    """The messages an aborted cumulative ack covered come back, like an aborted
+    individual ack's: a later committed cumulative ack never consumes messages only
+    an aborted txn processed."""
+    _redelivering(broker)
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    first = [c.receive(5000) for _ in range(3)]
+    aborted = client.new_transaction()
+    c.acknowledge_cumulative(first[-1], txn=aborted)
+    aborted.abort()
+    again = [m.value for m in read_all(c, 3000)]
+    assert {b"m0", b"m1", b"m2"} <= set(again), again
+
+
+def test_an_abort_missed_by_the_watch_still_hands_the_messages_out_again(
+        make_client, fill, topic_name, broker):
+    """A consumer whose process missed the end event (a watch outage, then a resync,
+    which runs recovery) hands the aborted txn's messages out again all the same."""
+    _redelivering(broker)
+    t = topic_name()
+    fill(t)
+    client = make_client(sweeper=False)
+    c = client.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    txn = client.new_transaction()
+    c.acknowledge(msgs[1], txn=txn)
+    client.read_side.participants.unregister(c.acks)  # deaf to events meanwhile
+    make_client().coordinator.abort(txn.id)  # the sweeper of another process
+    client.read_side.participants.register(c.acks)
+    c.acks.recover()  # what the resync event runs
+    assert [m.value for m in read_all(c, 3000)] == [b"m1"]
+
+
+def test_a_message_whose_txn_ack_conflicted_goes_round_again(
+        make_client, fill, topic_name, broker):
+    """A consumer that got AckConflict (another live txn held the message) aborts; the
+    holder aborts too; the message is handed out again, never kept as handed forever."""
+    _redelivering(broker)
+    t = topic_name()
+    fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    m = c.receive(5000)
+    holder = client.new_transaction()  # another process's claim of m
+    client.store.claim_acks(holder.id, c.segment, "sub", [ack_key(m.position)], False)
+    mine = client.new_transaction()
+    with pytest.raises(AckConflict):
+        c.acknowledge(m, txn=mine)
+    mine.abort()
+    client.coordinator.abort(holder.id)
+    got = [x.value for x in read_all(c, 3000)]
+    assert sorted(got) == [b"m%d" % i for i in range(N)], got  # m0 again, and the rest

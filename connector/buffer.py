@@ -18,6 +18,7 @@ from enum import Enum
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import (
     BEFORE_EARLIEST,
+    EventKind,
     OpenWrite,
     Position,
     TxnEvent,
@@ -80,9 +81,15 @@ class TransactionBuffer:
         self._cond = threading.Condition()
         self._generation = 0
         self.events_seen = 0
+        self.resyncs = 0  # RESYNC events seen: readers drop their verdict memos past one
 
     # ---- Notification (called from the watch thread) ----
     def on_event(self, ev: TxnEvent) -> None:
+        if ev.kind is EventKind.RESYNC:
+            # events were missed: the store may also have come back from an earlier copy
+            # (a restore loses decisions), so no cached outcome is trusted past it
+            self._final.clear()
+            self.resyncs += 1
         with self._cond:
             self._generation += 1
             self.events_seen += 1

@@ -124,6 +124,7 @@ class GatedStream:
         self.expected_copies: set[tuple[int, int, int]] = set()
         self._is_reader = isinstance(self, Reader)
         self._verdicts: dict[tuple[str, str], Verdict] = {}
+        self._resyncs = side.buffer.resyncs
         self._ids: dict[str, TxnId] = {}
         self._tags: dict[str, tuple[str | None, str]] = {}  # see records.entry_txn_cached
         self._below = False
@@ -148,6 +149,9 @@ class GatedStream:
 
     def ingest(self, raws) -> None:
         """Append received messages to the buffer (one tight loop per drained batch)."""
+        if self.side.buffer.resyncs != self._resyncs:  # the store may have gone back
+            self._resyncs = self.side.buffer.resyncs
+            self._verdicts.clear()
         append = self._buf.append
         last, received = self._last, self._received
         dep = self.side.store.deployment

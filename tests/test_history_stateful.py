@@ -23,7 +23,6 @@ import uuid
 from unittest import mock
 
 import pulsar
-import pytest
 from history import check
 from history.checker import explain
 from history.fake_pulsar import FakeBroker, FakeClient
@@ -369,10 +368,11 @@ def test_found_a_plain_ack_accepted_while_a_transaction_held_the_message():
            ("commit", {"base": "p0", "i": 0}))
 
 
-@pytest.mark.xfail(strict=True, reason="found by issue 27's runs, not in issue 26's list: a "
-                   "client's TransactionBuffer keeps final verdicts across a metastore restore")
 def test_found_a_reader_after_a_restore_delivers_a_commit_the_restore_lost():
-    """A long-lived client read T1's committed entry; the metastore is then restored to a
+    """Found by issue 27's runs (not in issue 26's list); fixed: a RESYNC drops every
+    cached outcome (TransactionBuffer) and verdict memo (readers).
+
+    A long-lived client read T1's committed entry; the metastore is then restored to a
     copy taken before T1's commit (T1 is OPEN there, and times out). A reader the same
     client opens after the restore, even once the restore's RESYNC event arrived,
     still delivers T1's entry from the verdict its TransactionBuffer cached; a fresh

@@ -31,7 +31,8 @@ class _NativeReader:
 
 def _reader(error: Exception | None) -> tuple[Reader, _NativeReader]:
     native = _NativeReader(error)
-    side = SimpleNamespace(pulsar=SimpleNamespace(create_reader=lambda *a, **k: native))
+    side = SimpleNamespace(pulsar=SimpleNamespace(create_reader=lambda *a, **k: native),
+                           buffer=SimpleNamespace(resyncs=0))
     return Reader(side, "persistent://public/default/sealed"), native
 
 
@@ -51,6 +52,8 @@ def test_any_other_close_failure_is_still_raised():
 
 class _Buffer:
     """Every transaction committed, its one writer the winner."""
+
+    resyncs = 0
 
     def classify(self, segment, entries):
         from pulsar_txn.buffer import Verdict

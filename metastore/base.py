@@ -44,6 +44,17 @@ def deployment_changed(ns: str, url: str, opened: str, now: str | None) -> str:
             "a new client (restart the query) to use the new deployment")
 
 
+CLOCK_BEHIND_MAX_US = 2_000_000  # a longer wait for the server's clock: it went back
+
+
+def clock_behind(url: str, seconds: float) -> str:
+    """The error of a store whose server clock is behind the ids it handed out."""
+    return (f"the metadata store {url!r} (option 'metastore.url'): its server clock is "
+            f"{seconds:.1f} s behind the transaction ids it already handed out (ids follow "
+            "the server's clock, so that none is reused after a restore); fix the server's "
+            "clock (NTP) and retry")
+
+
 class SegmentState(str, Enum):
     """A scalable topic's segment, as its descriptor records it. The split/merge
     script seals only ACTIVE parents; a writer-run checks its segment is still

@@ -54,7 +54,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized, missing_namespace
+from .base import CLOCK_BEHIND_MAX_US, Collected, Materialized, clock_behind, missing_namespace
 from .keys import (
     LAYOUTS,
     SPREAD_LAYOUT,
@@ -209,18 +209,18 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
     # ---- transactions ----
     @translate
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
-        if partition is None:
-            partition = (partition_of(owner, self.partitions) if owner
-                         else random.randrange(self.partitions))
-        p = partition
+        p = partition if partition is not None else (
+            partition_of(owner, self.partitions) if owner else random.randrange(self.partitions))
         with self._seq_lock:
             nxt, end = self._seq_blocks.get(p, (0, -1))
             while nxt > end:
                 k = self.keys
-                res = self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)],
-                                             args=[SEQ_BLOCK])
+                res = self.scripts.alloc_ids(keys=[k.seq(p), k.gc(p), k.gaps(p)], args=[SEQ_BLOCK])
                 if res[0] == "AHEAD":  # no id is handed out before the server's clock
-                    time.sleep(int(res[1]) / 1e6)  # reaches it (alloc_ids.lua): microseconds
+                    wait_us = int(res[1])  # reaches it (alloc_ids.lua): microseconds
+                    if wait_us > CLOCK_BEHIND_MAX_US:  # a server clock went back: say so
+                        raise MetastoreError(clock_behind(self.url, wait_us / 1e6))
+                    time.sleep(wait_us / 1e6)
                     continue
                 nxt, end = int(res[1]), int(res[2])
             self._seq_blocks[p] = (nxt + 1, end)

@@ -460,3 +460,26 @@ def test_waitaof_consumer_never_applies_an_ack_a_host_crash_can_lose(broker, tmp
         for x in clients:
             x.close()
         server.stop()
+
+
+def test_a_server_clock_behind_the_handed_out_ids_is_named_not_waited_out(make_client):
+    """Ids follow the server's clock (none is reused after a restore); a clock that went
+    back (an NTP step, a restore onto a lagging host) stops begins with an error naming
+    metastore.url, instead of every begin waiting silently for the clock."""
+    import time
+
+    import pytest
+
+    from pulsar_txn.errors import MetastoreError
+
+    client = make_client(sweeper=False)
+    client.new_transaction().abort()
+    store, r = client.store, client.store.r
+    now_s, now_us = r.time()
+    for p in range(store.partitions):
+        r.set(store.keys.seq(p), now_s * 1_000_000 + now_us + 30_000_000)
+    store._seq_blocks.clear()
+    t0 = time.monotonic()
+    with pytest.raises(MetastoreError, match="metastore.url") as err:
+        client.new_transaction()
+    assert "clock" in str(err.value) and time.monotonic() - t0 < 5

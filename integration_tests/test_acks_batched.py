@@ -57,6 +57,19 @@ def _die(client) -> None:
     client.pulsar.close()
 
 
+def _died_after_acking(make_client, t: str, *indexes: int):
+    """A consumer that acked these messages under a txn, then died before it learned
+    the outcome. Returns the txn (still OPEN)."""
+    crashed = make_client()
+    c = crashed.subscribe(t, "sub")
+    msgs = [c.receive(5000) for _ in range(N)]
+    txn = crashed.new_transaction()
+    for i in indexes:
+        c.acknowledge(msgs[i], txn=txn)
+    _die(crashed)
+    return txn
+
+
 def _fresh_values(make_client, t: str, idle_ms: int = 2500) -> list[bytes]:
     """What a consumer of a new client gets on the subscription, acking it plainly."""
     c = make_client().subscribe(t, "sub")
@@ -123,13 +136,7 @@ def test_recovery_applies_a_committed_ack_to_exactly_its_messages(
     m0 and m2 and hands out m1, m3, m4 (not nothing, not m0..m4)."""
     t = topic_name()
     fill(t)
-    crashed = make_client()
-    c = crashed.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
-    txn = crashed.new_transaction()
-    c.acknowledge(msgs[0], txn=txn)
-    c.acknowledge(msgs[2], txn=txn)
-    _die(crashed)  # it never learns the outcome
+    txn = _died_after_acking(make_client, t, 0, 2)
     make_client().coordinator.commit(txn.id)
     assert _fresh_values(make_client, t) == [b"m1", b"m3", b"m4"]
 
@@ -312,13 +319,7 @@ def test_an_acks_pending_txn_is_listed_and_settled_by_an_operator_command(
 
     t = topic_name()
     fill(t)
-    crashed = make_client()
-    c = crashed.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
-    txn = crashed.new_transaction()
-    c.acknowledge(msgs[0], txn=txn)
-    c.acknowledge(msgs[3], txn=txn)
-    _die(crashed)
+    txn = _died_after_acking(make_client, t, 0, 3)
     admin = make_client()
     admin.coordinator.commit(txn.id)
     base = ["--metastore", redis_server.url, "--namespace", namespace, "--json"]

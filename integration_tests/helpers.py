@@ -95,3 +95,12 @@ def mixed_history(client, topic: str) -> list[bytes]:
     client.coordinator.commit(losing.id, winners=[p1.writer_id])
     p2.send(b"plain-1")
     return [b"plain-0", b"c-1", b"c-2", b"win", b"plain-1"]
+
+
+def committed(client, topic: str, *values: bytes) -> None:
+    """Write ``values`` to ``topic`` in one committed transaction."""
+    producer = client.create_producer(topic)
+    with client.transaction() as txn:
+        for v in values:
+            producer.send(v, txn=txn)
+    producer.close()

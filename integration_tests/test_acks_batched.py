@@ -57,12 +57,17 @@ def _die(client) -> None:
     client.pulsar.close()
 
 
+def _holding_all(make_client, t: str):
+    """A new client's Exclusive consumer that received m0..m4: (client, consumer, msgs)."""
+    client = make_client()
+    c = client.subscribe(t, "sub")
+    return client, c, [c.receive(5000) for _ in range(N)]
+
+
 def _died_after_acking(make_client, t: str, *indexes: int):
     """A consumer that acked these messages under a txn, then died before it learned
     the outcome. Returns the txn (still OPEN)."""
-    crashed = make_client()
-    c = crashed.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    crashed, c, msgs = _holding_all(make_client, t)
     txn = crashed.new_transaction()
     for i in indexes:
         c.acknowledge(msgs[i], txn=txn)
@@ -102,9 +107,7 @@ def test_committed_ack_of_some_messages_of_an_entry_acks_only_those(
     built from numbers, so the applied ack must be the message's own id."""
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     t1, t2 = client.new_transaction(), client.new_transaction()
     c.acknowledge(msgs[0], txn=t1)
     c.acknowledge(msgs[1], txn=t2)
@@ -120,9 +123,7 @@ def test_committed_cumulative_ack_inside_an_entry_stops_at_its_message(
     m2..m4 of m1's entry."""
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     with client.transaction() as txn:
         c.acknowledge_cumulative(msgs[1], txn=txn)
     c.close()
@@ -182,9 +183,7 @@ def test_committed_ack_survives_a_broker_restart_with_the_consumer_living_on(
         pytest.skip("pulsar-lite restarts lose the topic's data")
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     with client.transaction() as txn:
         for m in msgs[:3]:
             c.acknowledge(m, txn=txn)
@@ -232,9 +231,7 @@ def test_plain_ack_of_a_message_an_open_txn_holds_conflicts(
     holder aborts the message is handed out again and can be acked."""
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     txn = client.new_transaction()
     c.acknowledge(msgs[1], txn=txn)
     with pytest.raises(AckConflict) as err:
@@ -254,9 +251,7 @@ def test_plain_ack_of_a_message_a_committed_txn_acked_conflicts(
     plain ack (a copy redelivered before the cursor knew)."""
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     with client.transaction() as txn:
         c.acknowledge(msgs[2], txn=txn)
     with pytest.raises(AckConflict) as err:
@@ -293,9 +288,7 @@ def test_a_post_decision_apply_failure_never_makes_a_subscription_unopenable(
     handed out again."""
     t = topic_name()
     fill(t)
-    client = make_client()
-    c = client.subscribe(t, "sub")
-    msgs = [c.receive(5000) for _ in range(N)]
+    client, c, msgs = _holding_all(make_client, t)
     c.close()
     txn = client.new_transaction()
     key = ack_key(msgs[1].position)

@@ -11,6 +11,7 @@ delivered and, unless the reader is told to skip them, never passed silently.
 from __future__ import annotations
 
 import pytest
+from helpers import committed
 
 from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.errors import DeploymentChanged, ForeignDeploymentEntries, NamespaceNotFound
@@ -28,19 +29,11 @@ def _values(stream, idle_ms: int = 2000) -> list[bytes]:
     return [m.value for m in read_all(stream, idle_ms)]
 
 
-def _committed(client, topic: str, *values: bytes) -> None:
-    producer = client.create_producer(topic)
-    with client.transaction() as txn:
-        for v in values:
-            producer.send(v, txn=txn)
-    producer.close()
-
-
 def test_a_long_running_consumer_stops_and_acks_nothing_when_its_metastore_is_reset(
         make_client, topic_name, namespace):
     topic = topic_name("reset")
     old = make_client()
-    _committed(old, topic, b"before")
+    committed(old, topic, b"before")
     consumer = old.subscribe(topic, "s")
     first = consumer.receive(10_000)
     assert first.value == b"before"
@@ -49,7 +42,7 @@ def test_a_long_running_consumer_stops_and_acks_nothing_when_its_metastore_is_re
     _wipe(old.store, namespace)
     new = make_client()  # initialises the namespace again: a new deployment id
     assert new.store.deployment != old.store.deployment
-    _committed(new, topic, b"after")
+    committed(new, topic, b"after")
 
     with pytest.raises(DeploymentChanged, match="metastore.url"):
         consumer.receive(10_000)
@@ -62,12 +55,12 @@ def test_a_long_running_reader_stops_when_its_metastore_is_reset(make_client, to
                                                                  namespace):
     topic = topic_name("reset-reader")
     old = make_client()
-    _committed(old, topic, b"before")
+    committed(old, topic, b"before")
     reader = old.create_reader(topic)
     assert reader.read_next(10_000).value == b"before"
     _wipe(old.store, namespace)
     new = make_client()
-    _committed(new, topic, b"after")
+    committed(new, topic, b"after")
     with pytest.raises(DeploymentChanged, match="metastore.url"):
         reader.read_next(10_000)
 
@@ -113,7 +106,7 @@ def test_a_long_running_client_neither_begins_writes_nor_commits_after_a_reset(
 def test_a_reader_never_creates_a_namespace_and_names_those_that_exist(
         make_client, broker, redis_server, topic_name, namespace):
     topic = topic_name("typo")
-    _committed(make_client(), topic, b"m")
+    committed(make_client(), topic, b"m")
     typo = namespace + "x"
     client = PulsarTxnClient(broker.service_url, redis_server.url, namespace=typo,
                              sweeper=False)
@@ -135,7 +128,7 @@ def test_entries_of_another_deployment_fail_a_reader_by_default_and_are_never_ac
         make_client, topic_name, namespace):
     topic = topic_name("foreign")
     writer = make_client()
-    _committed(writer, topic, b"theirs")
+    committed(writer, topic, b"theirs")
     other = make_client(namespace=namespace + "b")  # an existing, other deployment
     other.new_transaction().abort()
     reader = other.create_reader(topic)
@@ -154,7 +147,7 @@ def test_skip_foreign_deployments_passes_them_and_counts_them(make_client, plain
                                                              topic_name, namespace):
     topic = topic_name("foreign-skip")
     writer = make_client()
-    _committed(writer, topic, b"theirs", b"theirs too")
+    committed(writer, topic, b"theirs", b"theirs too")
     p = plain_pulsar.create_producer(topic)
     p.send(b"plain")
     p.close()

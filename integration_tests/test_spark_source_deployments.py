@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from helpers import committed
 from spark_helpers import source_df
 
 from pulsar_txn.metastore.keys import Keys
@@ -19,18 +20,10 @@ from pulsar_txn.metastore.keys import Keys
 pytestmark = pytest.mark.spark
 
 
-def _committed(client, topic: str, *values: bytes) -> None:
-    producer = client.create_producer(topic)
-    with client.transaction() as txn:
-        for v in values:
-            producer.send(v, txn=txn)
-    producer.close()
-
-
 def test_source_on_a_mistyped_namespace_fails_at_once_and_creates_nothing(
         spark, client, broker, redis_server, namespace, topic_name, tmp_path):
     topic = topic_name("typo")
-    _committed(client, topic, b"a", b"b")
+    committed(client, topic, b"a", b"b")
     typo = namespace + "x"
     with pytest.raises(Exception) as batch:
         source_df(spark, broker, redis_server, typo, stream=False, topic=topic).collect()
@@ -49,7 +42,7 @@ def test_source_on_a_mistyped_namespace_fails_at_once_and_creates_nothing(
 def test_source_fails_on_another_deployments_entries_and_reads_them_once_corrected(
         spark, client, make_client, broker, redis_server, namespace, topic_name, tmp_path):
     topic = topic_name("foreign")
-    _committed(client, topic, b"a", b"b")
+    committed(client, topic, b"a", b"b")
     other = namespace + "b"
     make_client(namespace=other)  # an existing namespace: another deployment
     ckpt = str(tmp_path / "ck")
@@ -75,7 +68,7 @@ def test_source_fails_on_another_deployments_entries_and_reads_them_once_correct
 def test_read_foreign_deployments_skip_passes_them_and_reports_the_count(
         spark, client, make_client, broker, redis_server, namespace, topic_name, tmp_path):
     topic = topic_name("foreign-skip")
-    _committed(client, topic, b"a", b"b")
+    committed(client, topic, b"a", b"b")
     plain = client.create_producer(topic)
     plain.send(b"plain")
     other = namespace + "b"
@@ -111,7 +104,7 @@ def test_a_streaming_source_stops_when_its_metastore_is_reset(
         spark, client, make_client, broker, redis_server, namespace, topic_name, tmp_path):
     """Issue 26, hole 8 on the source: the driver checks the deployment each trigger."""
     topic = topic_name("reset")
-    _committed(client, topic, b"before")
+    committed(client, topic, b"before")
     got: list[bytes] = []
     q = (source_df(spark, broker, redis_server, namespace, topic=topic,
                    startingOffsets="earliest").writeStream
@@ -125,7 +118,7 @@ def test_a_streaming_source_stops_when_its_metastore_is_reset(
         assert got == [b"before"]
         for key in list(client.store.r.scan_iter(match=f"*{namespace}*", count=1000)):
             client.store.r.delete(key)
-        _committed(make_client(), topic, b"after")  # a new deployment at the same address
+        committed(make_client(), topic, b"after")  # a new deployment at the same address
         with pytest.raises(Exception) as e:
             q.awaitTermination(30)
         assert "metastore.url" in str(e.value) and "reset" in str(e.value)

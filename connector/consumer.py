@@ -9,6 +9,7 @@ conflict (DESIGN §3, "Acks").
 from __future__ import annotations
 
 import threading
+import time
 import urllib.parse
 
 import pulsar
@@ -151,9 +152,36 @@ class Consumer(GatedStream):
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
-        head = self.next_raw(timeout_millis)
-        self._handed[_key(head[1])] = head[1]
-        return self.wrap(head)
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        while True:
+            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            head = self.next_raw(left)
+            k = _key(head[1])
+            if self._claims_seen and self._consumed_meanwhile(head, k):
+                continue
+            self._handed[k] = head[1]
+            return self.wrap(head)
+
+    def _consumed_meanwhile(self, head, k: Key) -> bool:
+        """Checked again as it is handed out: while it waited in the buffer, another
+        consumer of the subscription may have received a copy (a Shared subscription
+        after a dropped connection, a Failover switch) and acked it under a txn that
+        committed. Such a message is acked again here, never handed out. One round
+        trip per message, on subscriptions with transactional claims only."""
+        key = ack_key(Position(*k))
+        try:
+            kind, _ = self.side.store.claims_of(self.segment, self.subscription, [key]).of(key)
+        except BaseException:
+            self.unread(head)  # never dropped: handed out (and checked) next time
+            raise
+        if kind == "committed":
+            self._native.acknowledge(head[0])
+            self._handed.pop(k, None)
+            self.reacked += 1
+            return True
+        if kind == "held" and not self.acks.claimed_by_own(Position(*k)):
+            self._held_elsewhere.add(k)
+        return False
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         k = _key(message.message_id)

@@ -194,6 +194,11 @@ class GatedStream:
         self._last, self._received = last, received
         self._below = received is not None and received <= self._gate_id
 
+    def unread(self, head) -> None:
+        """Put back what ``next_raw`` just returned (a check of it failed): handed out
+        first next time, never lost."""
+        self._buf.appendleft(head)
+
     def received_entry(self) -> Position:
         """The last entry this stream holds or held (entries at or below it are known)."""
         r = self._received

@@ -444,3 +444,51 @@ def test_a_message_whose_txn_ack_conflicted_goes_round_again(
     client.coordinator.abort(holder.id)
     got = [x.value for x in read_all(c, 3000)]
     assert sorted(got) == [b"m%d" % i for i in range(N)], got  # m0 again, and the rest
+
+
+def _acked_elsewhere_and_committed(make_client, segment: str, p) -> None:
+    """Another process's consumer of the subscription got this message (the broker
+    redelivered it there: a Shared subscription after a dropped connection, a Failover
+    switch) and acked it under a transaction that committed."""
+    from pulsar_txn.pending_ack import PendingAckStore
+
+    other = make_client()
+    acks = PendingAckStore(other.store, segment, "sub", apply=lambda ps, cum: None)
+    with other.transaction() as txn:
+        txn.enlist(acks)
+        acks.acknowledge(txn.id, [p])
+
+
+@pytest.mark.parametrize("kind", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.Failover])
+def test_a_buffered_message_acked_by_another_committed_txn_is_never_handed_out(
+        make_client, fill, topic_name, kind):
+    """Found by the history checker (seed 1718771925): a consumer's buffer holds
+    messages checked against the claim table when they were pulled; another consumer
+    acks one of them under a txn that commits before this one hands it out. A
+    message consumed under a committed txn is acked again, never handed out, however
+    long it waited in the buffer."""
+    t = topic_name()
+    values = fill(t)
+    client = make_client()
+    c = client.subscribe(t, "sub", consumer_type=kind)
+    with client.transaction() as txn:  # the subscription has claims: checked per batch
+        c.acknowledge(c.receive(5000), txn=txn)
+    second = c.receive(5000)
+    assert second.value == values[1]
+    third = _key_of(values[2], c)
+    assert third is not None, "precondition: m2 already pulled into the buffer"
+    _acked_elsewhere_and_committed(make_client, c.segment, third)
+    got = [m.value for m in read_all(c, 2500)]
+    assert values[2] not in got, got
+    assert got == values[3:]
+
+
+def _key_of(value: bytes, c):
+    """The position of a message ``c`` pulled and has not handed out yet."""
+    from pulsar_txn.records import Position
+
+    for raw, *_ in c._buf:
+        if raw.data() == value:
+            mid = raw.message_id()
+            return Position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+    return None

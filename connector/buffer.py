@@ -82,6 +82,7 @@ class TransactionBuffer:
         self._generation = 0
         self.events_seen = 0
         self.resyncs = 0  # RESYNC events seen: readers drop their verdict memos past one
+        self._starts = store.server_starts
 
     # ---- Notification (called from the watch thread) ----
     def on_event(self, ev: TxnEvent) -> None:
@@ -94,6 +95,17 @@ class TransactionBuffer:
             self._generation += 1
             self.events_seen += 1
             self._cond.notify_all()
+
+    def _trust_cache(self) -> None:
+        """Drop every cached outcome once the store has met a new server start: called
+        after a store call and before the cache is used, so an answer of the new start
+        is never mixed with outcomes an earlier copy held (the watch's RESYNC, which
+        does the same, may arrive after a reader's query)."""
+        starts = self.store.server_starts
+        if starts != self._starts:
+            self._starts = starts
+            self._final.clear()
+            self.resyncs += 1
 
     @property
     def generation(self) -> int:
@@ -119,6 +131,7 @@ class TransactionBuffer:
         again past them: the next write of the same id partition may be OPEN."""
         skip: set[TxnId] = set()
         writes = self.store.open_writes(segment)
+        self._trust_cache()
         for _ in range(8):
             unknown = list({w.txn_id for w in writes if w.txn_id not in self._final})
             if unknown:
@@ -139,6 +152,7 @@ class TransactionBuffer:
     def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[Verdict]:
         """The verdict for each (txn, writer) of a segment (WAIT: still OPEN)."""
         entries = list(entries)
+        self._trust_cache()
         missing = list({t for t, _ in entries if t not in self._final})
         if missing:
             self._load(missing)

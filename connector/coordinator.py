@@ -19,6 +19,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     TxnIdStale,
     TxnNotFound,
+    TxnRecordsLost,
     TxnTimedOut,
 )
 from pulsar_txn.metastore.base import Collected, Materialized, MetadataStore
@@ -90,14 +91,19 @@ class TransactionCoordinator:
     def end_transaction(self, txn_id: TxnId, target: TxnState,
                         winners: Iterable[str] | None = None,
                         segments: Iterable[str] | None = None,
-                        sink: SinkBatch | None = None) -> TxnHeader:
+                        sink: SinkBatch | None = None,
+                        made: tuple[int, int] = (0, 0)) -> TxnHeader:
         """One CAS. Repeating the same end succeeds; the opposite end raises.
 
         ``winners`` (commit only) names the writers whose entries become visible;
         None means every writer that recorded a position.
         """
-        header, _changed, timed_out = self.store.end_txn(txn_id, target, winners, segments,
-                                                         sink)
+        try:
+            header, _changed, timed_out = self.store.end_txn(txn_id, target, winners,
+                                                             segments, sink, made)
+        except TxnRecordsLost:  # aborted by the same CAS: clean up as after any end
+            self._after_end(txn_id, segments)
+            raise
         if timed_out:
             self._after_end(txn_id, segments)
             raise TxnTimedOut(str(txn_id))
@@ -145,10 +151,13 @@ class TransactionCoordinator:
         return done
 
     def commit(self, txn_id: TxnId, winners: Iterable[str] | None = None,
-               segments: Iterable[str] | None = None, sink: SinkBatch | None = None
-               ) -> TxnHeader:
-        """``sink``: a Spark sink batch; its progress advances in the same CAS."""
-        return self.end_transaction(txn_id, TxnState.COMMITTED, winners, segments, sink)
+               segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
+               made: tuple[int, int] = (0, 0)) -> TxnHeader:
+        """``sink``: a Spark sink batch; its progress advances in the same CAS.
+        ``made``: the write registrations and ack record calls of the caller's process
+        (Transaction.commit): fewer in the store aborts it (TxnRecordsLost)."""
+        return self.end_transaction(txn_id, TxnState.COMMITTED, winners, segments, sink,
+                                    made)
 
     def abort(self, txn_id: TxnId, segments: Iterable[str] | None = None) -> TxnHeader:
         return self.end_transaction(txn_id, TxnState.ABORTED, None, segments)

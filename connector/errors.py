@@ -59,6 +59,23 @@ class TxnTimedOut(TxnNotOpen):
         self.state = "ABORTED"
 
 
+class TxnRecordsLost(TxnNotOpen):
+    """The commit found fewer of the transaction's write registrations or ack records
+    than the committing process made: the metadata store came back from an earlier
+    copy (a restore, a host crash under a weaker fsync mode, a failover). Committing
+    would show its entries without its acks (or the other way round), so the same CAS
+    aborted it (fail closed, DESIGN §3)."""
+
+    def __init__(self, txn_id: str, made: tuple[int, int], found: tuple[int, int]) -> None:
+        PulsarTxnError.__init__(
+            self, f"transaction {txn_id}: the metadata store holds {found[0]} write "
+            f"registration(s) and {found[1]} ack record call(s) of it, but this process "
+            f"made {made[0]} and {made[1]}; the store lost records (restored from an "
+            "earlier copy?), so the transaction was aborted instead of committed")
+        self.txn_id = txn_id
+        self.state = "ABORTED"
+
+
 class TxnConflict(PulsarTxnError):
     """The requested end contradicts the recorded one, or an ack is held by another txn."""
 
@@ -75,8 +92,12 @@ class AckConflict(TxnConflict):
     """``committed``: the holder's ack already reached the cursor (a tombstone, final);
     otherwise the holder is a transaction that may still end either way."""
 
-    def __init__(self, position: str, holder: str, committed: bool = False) -> None:
+    def __init__(self, position: str, holder: str, committed: bool = False,
+                 again: bool = False) -> None:
         verb = "was acknowledged by committed" if committed else "is pending ack under"
+        if again:
+            verb = ("was already acknowledged (another copy of it: a redelivery) under "
+                    "this same")
         super().__init__(f"message {position} {verb} transaction {holder}")
         self.position = position
         self.holder = holder

@@ -79,6 +79,8 @@ class PendingAckStore:
         One of them already acked under a committed txn was delivered twice (a
         Failover switch): acking it again would duplicate its output (invariant 7)."""
         keys = sorted(ack_key(p) for p in positions)
+        if not cumulative:
+            self._refuse_second_ack(txn_id, positions)
         self._claim(txn_id, keys, cumulative, [ack_key(p) for p in given])
         try:
             self.store.record_acks(txn_id, self.segment, self.subscription, keys, cumulative)
@@ -96,6 +98,21 @@ class PendingAckStore:
                     self._own_cumulative[txn_id] = top
             else:
                 self._own.update(dict.fromkeys(positions, txn_id))
+
+    def recorded(self, txn_id: TxnId) -> int:
+        """Ack record calls under ``txn_id`` that succeeded here (the commit's check)."""
+        with self._lock:
+            return len(self._pending.get(txn_id, ()))
+
+    def _refuse_second_ack(self, txn_id: TxnId, positions: Sequence[Position]) -> None:
+        """A message this txn acked already: the application holds a second copy of it
+        (a redelivery after a dropped connection, an ack timeout) and processed both in
+        one txn; committing would consume one input for two outputs. Refused like
+        another txn's claim: the application aborts and the message goes round again."""
+        with self._lock:
+            again = [p for p in positions if self._own.get(p) == txn_id]
+        if again:
+            raise AckConflict(ack_key(again[0]), str(txn_id), again=True)
 
     def _claim(self, txn_id: TxnId, keys: list[str], cumulative: bool,
                given: list[str]) -> None:

@@ -218,6 +218,9 @@ class GatedStream:
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
         tb = self.side.buffer
         while True:
+            if tb.resyncs != self._resyncs:  # the store may have gone back: no memo holds
+                self._resyncs = tb.resyncs
+                self._verdicts.clear()
             if buf:
                 raw, mid, t, writer = head = buf[0]
                 if mid <= self._gate_id:

@@ -35,6 +35,7 @@ class AckParticipant(Protocol):
     segment: str
 
     def on_end(self, txn_id: TxnId, state: TxnState) -> None: ...
+    def recorded(self, txn_id: TxnId) -> int: ...  # ack record calls that succeeded
 
 
 class Transaction:
@@ -141,12 +142,22 @@ class Transaction:
             self.abort()
             raise
         try:
-            header = self._ender().commit(self.id, self.writers, self.segments)
+            header = self._ender().commit(self.id, self.writers, self.segments,
+                                          made=self._made())
         except TxnNotOpen as e:
             self._state = TxnState(e.state)
             raise
         self._finish(header)
         return header
+
+    def _made(self) -> tuple[int, int]:
+        """The write registrations and ack record calls this process made under the
+        txn: the commit CAS refuses to commit a txn whose store holds fewer (records
+        lost by a restore of the store would otherwise commit half of it)."""
+        with self._lock:
+            runs, parts = list(self._runs.values()), list(self._participants)
+        return (sum(1 for r in runs if r.registered),
+                sum(p.recorded(self.id) for p in parts))
 
     def abort(self) -> TxnHeader:
         if self._state is TxnState.ABORTED:

@@ -81,6 +81,11 @@ class WriterRun:
         self._entries = EntryAcks(max_messages, max_bytes)
         return self._entries
 
+    @property
+    def registered(self) -> bool:
+        """The store recorded this run's registration (the commit's check counts it)."""
+        return self._registered
+
     def _ensure_registered(self) -> None:
         if not self._registered:
             with self._lock:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import time
+from pathlib import Path
+
 import redis
 
 from pulsar_txn.client import Reader, read_all
@@ -104,3 +108,20 @@ def committed(client, topic: str, *values: bytes) -> None:
         for v in values:
             producer.send(v, txn=txn)
     producer.close()
+
+
+def copy_data_dir(server, dest: Path) -> Path:
+    """A copy of the running server's data directory, as a backup holds it."""
+    raw_redis(server.url).execute_command("BGREWRITEAOF")
+    time.sleep(0.5)  # the rewrite is quick on a few thousand keys; the copy follows it
+    shutil.copytree(server.workdir, dest)
+    return dest
+
+
+def restore_data_dir(server, copy: Path) -> None:
+    """A host crash under a weaker fsync mode, or a restore from a backup: the server
+    comes back with an earlier state (decisions since may be lost)."""
+    server.kill()
+    shutil.rmtree(server.workdir)
+    shutil.copytree(copy, server.workdir)
+    server.start()

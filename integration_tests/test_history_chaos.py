@@ -39,6 +39,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
+from helpers import copy_data_dir, restore_data_dir  # noqa: E402
 from history import check  # noqa: E402
 from history.checker import explain  # noqa: E402
 from history.model import History  # noqa: E402
@@ -53,25 +54,6 @@ SUB = "hist"
 # keeps verdicts cached before a restore: tests/test_history_stateful.py,
 # test_found_a_reader_after_a_restore_delivers_a_commit_the_restore_lost): opt-in.
 RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "0") == "1"
-
-
-def copy_data_dir(server, dest: Path) -> Path:
-    """A copy of the running server's data directory, as a backup holds it."""
-    import redis as redis_py
-
-    redis_py.Redis.from_url(server.url).execute_command("BGREWRITEAOF")
-    time.sleep(0.5)  # the rewrite is quick on a few thousand keys; the copy follows it
-    shutil.copytree(server.workdir, dest)
-    return dest
-
-
-def restore_data_dir(server, copy: Path) -> None:
-    """A host crash under a weaker fsync mode, or a restore from a backup: the server
-    comes back with an earlier state (decisions since may be lost)."""
-    server.kill()
-    shutil.rmtree(server.workdir)
-    shutil.copytree(copy, server.workdir)
-    server.start()
 
 
 class Worker:

@@ -122,6 +122,12 @@ class MetadataStore(Protocol):
     def check_deployment(self) -> None: ...  # raises DeploymentChanged after a reset
     # the message of the first check that saw a change (sticky), else None
     deployment_lost: str | None
+    # New server starts this store's own connections have met since it opened. A start
+    # may come back from an earlier copy (a restore, a host crash under a weaker fsync
+    # mode, a failover to a lagging replica) and lose decisions, so what a client cached
+    # from the store before one is not trusted after it, even before the watch's RESYNC
+    # arrives (it rides another connection, and may come later than a reader's query).
+    server_starts: int
     def add_foreign_skipped(self, n: int) -> None: ...  # other deployments' entries passed
     def foreign_skipped(self) -> int: ...
     def set_wire_format(self, wire: int) -> None: ...  # WIRE_ONE once every reader reads it
@@ -137,9 +143,11 @@ class MetadataStore(Protocol):
         """get_headers for readers: a decision a crash of the primary's host could
         still lose (durability=waitaof, fsync not confirmed) is given as OPEN."""
     def find_owner(self, owner: str) -> TxnId | None: ...
+    # made: (write registrations, ack record calls) the committing process made; a
+    # commit finding fewer aborts and raises TxnRecordsLost
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                segments: Iterable[str] | None = None, sink: SinkBatch | None = None
-                ) -> tuple[TxnHeader, bool, bool]: ...
+                segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
+                made: tuple[int, int] = (0, 0)) -> tuple[TxnHeader, bool, bool]: ...
     def materialize_txn(self, txn_id: TxnId,
                         segments: Iterable[str] | None = None) -> Materialized: ...
     def unmaterialized_txns(self, limit: int = 1000) -> list[TxnId]: ...

@@ -169,6 +169,7 @@ class AckTables:
             raise MetastoreError("a cumulative ack record needs a position")
         with self._s.lock:
             txn = self._s.open_txn(txn_id, check_deadline=True)
+            txn.ack_calls += 1
             rec = txn.acks.get((segment, subscription))
             if rec is None:
                 rec = txn.acks[(segment, subscription)] = {"ind": [], "cum": "", "applied": False}

@@ -62,6 +62,21 @@ class MemoryNamespace:
 
     deployment_lost: str | None = None  # see RedisNamespace
 
+    def server_time_ms(self) -> int:
+        return self._s.now()
+
+    @property
+    def server_starts(self) -> int:
+        """Restores of the shared state (a restore breaks every client's connection at
+        once: each client meets the new start at its next call)."""
+        return self._s.starts
+
+    def save_state(self) -> dict:  # tests: a backup of the server's records
+        return self._s.save()
+
+    def restore_state(self, saved: dict) -> None:  # tests: a new server start on a copy
+        self._s.restore(saved)
+
     def check_deployment(self) -> None:
         """Same deployment while the name holds this state (``reset_named``)."""
         try:

@@ -57,6 +57,7 @@ class Txn:
         self.materialized = False
         self.write_version = 0  # registrations so far (list_writes' count)
         self.open_acks = 0  # ack records not marked applied
+        self.ack_calls = 0  # record_acks calls (end_txn's records-lost check)
         self.wire_forms: set[int] = set()  # the forms its runs registered in
         self.writes: dict[tuple[str, str], list[str]] = {}  # (segment, writer) -> [first, last]
         self.acks: dict[tuple[str, str], dict] = {}  # (segment, subscription) -> record
@@ -128,6 +129,7 @@ class Server:
         self.clock = clock
         self.deployment = uuid.uuid4().hex[:12]
         self.run_id = uuid.uuid4().hex  # a server start; a restore is a new one
+        self.starts = 0  # restores so far (MemoryMetadataStore.server_starts)
         self.parts: dict[int, Partition] = {}
         self.claims: dict[tuple[str, str], dict[str, str]] = {}
         self.topics: dict[str, Topic] = {}
@@ -167,6 +169,7 @@ class Server:
             self.topics, self.topic_names = state["topics"], state["topic_names"]
             self.deployment, self.wire_format = state["deployment"], state["wire_format"]
             self.run_id = uuid.uuid4().hex
+            self.starts += 1
             self.publish(TxnEvent(EventKind.RESYNC))  # watchers missed what was lost
 
     def part(self, p: int) -> Partition:

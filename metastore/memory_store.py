@@ -36,6 +36,7 @@ from pulsar_txn.errors import (
     SinkIdMovedAway,
     TxnIdStale,
     TxnNotFound,
+    TxnRecordsLost,
 )
 from pulsar_txn.records import (
     WIRE_ONE,
@@ -141,15 +142,6 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
             w.close()
         self._watches.clear()
 
-    def server_time_ms(self) -> int:
-        return self._s.now()
-
-    def save_state(self) -> dict:  # tests: a backup of the server's records
-        return self._s.save()
-
-    def restore_state(self, saved: dict) -> None:  # tests: a new server start on a copy
-        self._s.restore(saved)
-
     # ---- transactions ----
     def next_txn_id(self, owner: str = "", partition: int | None = None) -> TxnId:
         """alloc_ids.lua with a block of one: no cache of ids to go stale; an id is
@@ -220,8 +212,8 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
             return TxnId(p, seq) if seq is not None else None
 
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                segments: Iterable[str] | None = None, sink: SinkBatch | None = None
-                ) -> tuple[TxnHeader, bool, bool]:
+                segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
+                made: tuple[int, int] = (0, 0)) -> tuple[TxnHeader, bool, bool]:
         """end_txn.lua: the single CAS. (header, changed, timed_out)."""
         p, seq = txn_id.partition, txn_id.seq
         if sink is not None and partition_of(sink.sink_id, self.partitions) != p:
@@ -245,7 +237,10 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
                 check_transition(str(txn_id), txn.state, target)  # raises
             now = self._s.now()
             timed_out = target is TxnState.COMMITTED and now > txn.deadline
-            final = TxnState.ABORTED if timed_out else target
+            found = (txn.write_version, txn.ack_calls)
+            lost = (target is TxnState.COMMITTED and not timed_out
+                    and (found[0] < made[0] or found[1] < made[1]))
+            final = TxnState.ABORTED if timed_out or lost else target
             if final is TxnState.COMMITTED:
                 txn.winners = chosen if chosen is not None else tuple(dict.fromkeys(
                     w for (_, w), (first, _) in txn.writes.items() if first))
@@ -258,6 +253,8 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
             part.counters["committed" if final is TxnState.COMMITTED else "aborted"] += 1
             if final is TxnState.ABORTED and now > txn.deadline:
                 part.counters["timed_out"] += 1
+            if lost:
+                raise TxnRecordsLost(str(txn_id), made, found)
             return txn.header(txn_id), True, timed_out
 
     @staticmethod

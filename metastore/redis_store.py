@@ -38,11 +38,11 @@ from pulsar_txn.errors import (
     SinkIdMovedAway,
     TxnIdStale,
     TxnNotFound,
+    TxnRecordsLost,
 )
 from pulsar_txn.records import (
     WIRE_NAMES,
     WIRE_ONE,
-    WIRE_THREE,
     Position,
     SinkBatch,
     TxnEvent,
@@ -67,6 +67,7 @@ from .redis_acks import RedisAcks
 from .redis_fsync import RedisFsync
 from .redis_layouts import RedisLayouts
 from .redis_namespace import RedisNamespace
+from .redis_starts import RedisServerStarts
 from .redis_url import check_persistence, cluster_client, connection_pool, parse_store_url
 from .redis_writes import RedisWrites
 from .replies import COLLECTED, MATERIALIZED, header_from, translate
@@ -81,7 +82,8 @@ SEQ_BLOCK = 64  # ids a store takes per round trip (next_txn_id hands them out l
 WAITAOF_MS = 10_000  # how long a decision waits for its fsync (durability=waitaof)
 
 
-class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, RedisLayouts):
+class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWrites, RedisAcks,
+                         RedisLayouts):
     """Transaction metadata in Redis: headers, write/ack records, indexes, events."""
 
     def __init__(self, url: str, namespace: str = "ptxn", partitions: int | None = None,
@@ -95,15 +97,18 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
         self.cluster = cfg.cluster
         self.socket_timeout = socket_timeout
         self.event_maxlen = event_maxlen
+        self.count_server_starts()
         self.pool = None if cfg.cluster else connection_pool(cfg.connect, socket_timeout)
+        if self.pool is not None:
+            self.pool.connection_kwargs["redis_connect_func"] = self.connect_hook
         try:
-            self.r = (cluster_client(cfg.connect, cfg.shown, socket_timeout) if cfg.cluster
-                      else redis.Redis(connection_pool=self.pool))
+            self.r = (cluster_client(cfg.connect, cfg.shown, socket_timeout, self.met_server)
+                      if cfg.cluster else redis.Redis(connection_pool=self.pool))
             self.scripts = Scripts(self.r)
             check_persistence(self.r, self.url, self.durability)
             self.partitions, layout, self.deployment, self.wire_format = self._first_use(
                 cfg.namespace, partitions, create)
-            self._run_id = self._server_run_id()
+            self.opened_on_servers(self.server_run_id())
         except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
                 redis.exceptions.RedisClusterException) as e:
             raise MetastoreUnavailable(f"metadata store {self.url!r} (option 'metastore.url') "
@@ -136,29 +141,6 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
             raise ConfigError(f"namespace {ns!r} uses key layout {layout!r}, which this version "
                               f"does not know ({', '.join(LAYOUTS)}): upgrade this process")
         return int(stored), layout, str(dep), check_wire_format(wire, ns)
-
-    def _server_run_id(self) -> str:
-        """The server process(es): on a cluster, every primary's (a failover changes it)."""
-        if self.cluster:
-            return ",".join(sorted(str(self.r.info("server", target_nodes=n).get("run_id", ""))
-                                   for n in self.r.get_primaries()))
-        return str(self.r.info("server").get("run_id", ""))
-
-    def still_current(self) -> bool:
-        """Whether the server still holds this namespace as it was opened: the same
-        deployment id and partitions, and the same server process. A process that keeps
-        a store for later jobs (a Spark worker) asks before each reuse; a wiped or
-        replaced metastore at the same URL, or a restarted server, needs a fresh open
-        (deployment id, partitions, persistence check), never the remembered ones."""
-        try:
-            dep, deployment, partitions, wire = self.r.hmget(
-                Keys(self.keys.ns, 1).config(), "dep", "deployment", "partitions", "wire")
-            return ((dep or deployment) == self.deployment and partitions is not None
-                    and int(partitions) == self.partitions
-                    and int(wire or WIRE_THREE) == self.wire_format
-                    and self._server_run_id() == self._run_id)
-        except (redis.RedisError, ValueError):
-            return False
 
     def set_wire_format(self, wire: int) -> None:
         """Switch the form of the namespace's appends: WIRE_ONE once every process
@@ -274,19 +256,21 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
 
     @translate
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                segments: Iterable[str] | None = None, sink: SinkBatch | None = None
-                ) -> tuple[TxnHeader, bool, bool]:
+                segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
+                made: tuple[int, int] = (0, 0)) -> tuple[TxnHeader, bool, bool]:
         """The single CAS, O(1) in the segments written. Returns (header, changed, timed_out).
 
         ``winners`` None means every writer that recorded a position (a scan of
         the write records). ``segments`` is not needed by the CAS (kept for the API).
         ``sink``: a Spark sink batch whose progress the same CAS advances on commit.
+        ``made``: the write registrations and ack record calls the committing process
+        made; a commit that finds fewer aborts and raises TxnRecordsLost.
         """
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         win_arg = "*" if winners is None else json.dumps(sorted(set(winners)))
         keys = [k.header(p, seq), k.writes(p, seq), k.deadlines(p), k.finalized(p),
                 k.unmaterialized(p), k.events(p), k.counters(p)]
-        args = [seq, target.value, win_arg, self.event_maxlen]
+        args = [seq, target.value, win_arg, self.event_maxlen, made[0], made[1]]
         if sink is not None:
             if partition_of(sink.sink_id, self.partitions) != p:
                 raise ValueError(f"transaction {txn_id} is not in sink {sink.sink_id}'s partition")
@@ -319,6 +303,9 @@ class RedisMetadataStore(RedisNamespace, RedisFsync, RedisWrites, RedisAcks, Red
         if status == "CONFLICT":
             check_transition(str(txn_id), TxnState(res[1]), target)  # raises
         fields = dict(zip(res[3::2], res[4::2]))
+        if status == "OK" and res[2] == "2":
+            raise TxnRecordsLost(str(txn_id), made, (int(fields.get("wv", 0)),
+                                                    int(fields.get("an", 0))))
         return header_from(txn_id, fields), status == "OK", status == "OK" and res[2] == "1"
 
     @translate

@@ -10,6 +10,7 @@ decision, not found out after a restart (docs/durability.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlencode, urlparse, urlunparse
 
@@ -159,7 +160,8 @@ CLUSTER_QUERY = ("username", "password", "ssl_ca_certs", "ssl_certfile", "ssl_ke
                  "ssl_cert_reqs")
 
 
-def cluster_client(url: str, shown: str, socket_timeout: float) -> RedisCluster:
+def cluster_client(url: str, shown: str, socket_timeout: float,
+                   on_connect: Callable[[object], None] | None = None) -> RedisCluster:
     """A Redis Cluster client from ``redis+cluster://[user:pass@]h:p[,h:p...][/0][?...]``.
     Any node is a seed: the client learns the slot owners from it and follows MOVED
     replies and failovers itself (refreshing its slot map)."""
@@ -188,7 +190,7 @@ def cluster_client(url: str, shown: str, socket_timeout: float) -> RedisCluster:
         ssl=parsed.scheme.startswith("rediss"), decode_responses=True,
         socket_timeout=socket_timeout, socket_connect_timeout=5, health_check_interval=30,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 8),
-        require_full_coverage=True, **tls)
+        require_full_coverage=True, redis_connect_func=on_connect, **tls)
 
 
 def connection_pool(url: str, socket_timeout: float) -> redis.ConnectionPool:

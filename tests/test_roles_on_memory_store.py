@@ -323,6 +323,20 @@ def test_two_txns_cannot_ack_one_message_until_the_first_aborts(coord, store):
     assert store.list_claims("s", "sub") == {ack_key(P(2)): str(t2)}
 
 
+def test_a_second_ack_of_one_message_in_one_txn_conflicts(coord, store):
+    """Two copies of one message (a redelivery after a dropped connection, an ack
+    timeout) processed in one txn: the second ack is refused, so the application
+    aborts instead of committing two outputs for one input (found by the Shared
+    history machine). A retry of an ack that raised before it was recorded passes."""
+    pas = Broker().pas(store)
+    t1 = coord.new_transaction().txn_id
+    pas.acknowledge(t1, [P(1)])
+    with pytest.raises(AckConflict) as e:
+        pas.acknowledge(t1, [P(1)])
+    assert e.value.holder == str(t1) and "already" in str(e.value)
+    pas.acknowledge(t1, [P(2)])  # another message of the same txn: fine
+
+
 def test_commit_applies_the_acks_and_leaves_tombstones(coord, store):
     broker = Broker()
     pas = broker.pas(store)

@@ -33,6 +33,7 @@ from pulsar_txn.errors import (
     TxnIdStale,
     TxnNotFound,
     TxnNotOpen,
+    TxnRecordsLost,
     TxnTimedOut,
 )
 from pulsar_txn.metastore import MemoryMetadataStore, open_store
@@ -397,6 +398,26 @@ def test_a_commit_after_the_deadline_aborts(backend, store):
     assert (h.state, changed, timed_out) == (ABORTED, True, False)
     c = store.metrics_snapshot()["counters"]
     assert (c["opened"], c["committed"], c["aborted"], c["timed_out"]) == (2, 0, 2, 2)
+
+
+@pytest.mark.parametrize("lost", ["write", "ack"])
+def test_a_commit_finding_fewer_records_than_its_process_made_aborts(store, lost):
+    """The store came back from an earlier copy that lacks some of a txn's records;
+    the committing process knows how many it made. Committing would show its entries
+    without its acks (or the other way round): the same CAS aborts it instead."""
+    t = new_txn(store)
+    wrote(store, t, "s", "w", 5)
+    store.record_acks(t, "s", "sub", [ack_key(Position(1, 1))], False)
+    store.record_acks(t, "s", "sub", [ack_key(Position(1, 2))], False)
+    made = (2, 2) if lost == "write" else (1, 3)
+    with pytest.raises(TxnRecordsLost) as err:
+        store.end_txn(t, COMMITTED, ["w"], made=made)
+    assert "aborted" in str(err.value) and err.value.state == "ABORTED"
+    assert store.get_header(t).state is ABORTED
+    ok = new_txn(store)
+    wrote(store, ok, "s", "w", 6)
+    store.record_acks(ok, "s", "sub", [ack_key(Position(1, 3))], False)
+    assert store.end_txn(ok, COMMITTED, ["w"], made=(1, 1))[0].state is COMMITTED
 
 
 def test_winners_are_named_or_every_writer_with_a_position(store):

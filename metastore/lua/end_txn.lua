@@ -9,24 +9,28 @@
 -- ARGV[3] winners: JSON array of writer ids, or '*' = every writer with a recorded position
 --         (scans the write records: only for callers that do not know their writers)
 -- ARGV[4] stream maxlen
+-- ARGV[5] ARGV[6] write registrations and ack record calls the committing process made
+--         (a commit finding fewer aborts instead: the store lost records, e.g. it came
+--         back from an earlier copy; '0' '0' checks nothing)
 -- Optional, for a Spark sink's batch (its progress advances in the same step as the
 -- decision, so a replay is recognised however late it comes, invariant 5):
--- KEYS[8] the sink's progress hash (same slot)   ARGV[5] batchId   ARGV[6] query id
--- returns {'OK', state, timed_out 0|1, header fields...} | {'ALREADY', state, '0', fields...}
+-- KEYS[8] the sink's progress hash (same slot)   ARGV[7] batchId   ARGV[8] query id
+-- returns {'OK', state, 0|1 (timed out)|2 (records lost), header fields...}
+--       | {'ALREADY', state, '0', fields...}
 --       | {'CONFLICT', state} | {'NOTFOUND'} | {'FENCED', query id the sink is bound to}
-local h = redis.call('HMGET', KEYS[1], 'st', 'dl')
+local h = redis.call('HMGET', KEYS[1], 'st', 'dl', 'wv', 'an')
 if not h[1] then return {'NOTFOUND'} end
 local target = ARGV[2]
 local function advance_sink()
   if KEYS[8] == nil then return end
   local cur = tonumber(redis.call('HGET', KEYS[8], 'batch') or '-1')
-  if tonumber(ARGV[5]) > cur then
-    redis.call('HSET', KEYS[8], 'batch', ARGV[5], 'txn', ARGV[1], 'qid', ARGV[6])
+  if tonumber(ARGV[7]) > cur then
+    redis.call('HSET', KEYS[8], 'batch', ARGV[7], 'txn', ARGV[1], 'qid', ARGV[8])
   end
 end
 if KEYS[8] ~= nil and target == 'COMMITTED' then
   local bound = redis.call('HGET', KEYS[8], 'qid')
-  if bound and bound ~= ARGV[6] then return {'FENCED', bound} end
+  if bound and bound ~= ARGV[8] then return {'FENCED', bound} end
 end
 if h[1] == target then
   if target == 'COMMITTED' then advance_sink() end
@@ -39,6 +43,10 @@ local timed_out = 0
 if target == 'COMMITTED' and now > tonumber(h[2]) then
   target = 'ABORTED'
   timed_out = 1
+elseif target == 'COMMITTED' and (tonumber(h[3] or '0') < tonumber(ARGV[5])
+                                  or tonumber(h[4] or '0') < tonumber(ARGV[6])) then
+  target = 'ABORTED'
+  timed_out = 2
 end
 local win_json = '[]'
 if target == 'COMMITTED' then

@@ -5,7 +5,10 @@ API (producers, READ_COMMITTED readers, consumers with transactional acks), not 
 re-implementation of it. This module answers the few pulsar-client calls that API
 makes, over append-only lists: an entry is stored the moment ``send`` returns, a
 reader reads in order, an Exclusive subscription dispatches unacknowledged entries
-in order and again from its cursor when a consumer subscribes anew.
+in order and again from its cursor when a consumer subscribes anew, a Shared one
+hands each entry to one of its consumers and, when a consumer's connection drops
+(or it dies), its unacknowledged entries to whichever consumer asks next, while
+the dropped consumer's application may still hold copies of them.
 
 Like pulsar-client, a consumer's acknowledgements are grouped: they reach the
 subscription's cursor only when the group is flushed (``flush_acks``, the
@@ -80,6 +83,19 @@ class FakeMessage:
 class Subscription:
     acked: set[tuple[int, int]] = field(default_factory=set)  # on the cursor
     consumer: FakeConsumer | None = None
+    shared: bool = False
+    # Shared only: the last entry handed to any consumer, which consumer holds each
+    # unacked one, and those free again (their consumer dropped) for the next to ask
+    dispatched: tuple[int, int] = (-1, -1)
+    owner: dict[tuple[int, int], FakeConsumer] = field(default_factory=dict)
+    free: list[tuple[int, int]] = field(default_factory=list)
+
+    def release(self, consumer: FakeConsumer) -> None:
+        """The consumer's connection dropped: the broker redelivers what it held."""
+        mine = sorted(p for p, c in self.owner.items() if c is consumer)
+        for p in mine:
+            del self.owner[p]
+        self.free.extend(p for p in mine if p not in self.acked)
 
 
 class FakeBroker:
@@ -155,9 +171,9 @@ class FakeReader:
 class FakeConsumer:
     """An Exclusive subscription's one consumer; also its own native handle."""
 
-    def __init__(self, broker: FakeBroker, topic: str, sub: str) -> None:
+    def __init__(self, broker: FakeBroker, topic: str, sub: str, shared: bool = False) -> None:
         self.broker, self.topic, self.name = broker, topic, sub
-        self.sub = broker.subs.setdefault((topic, sub), Subscription())
+        self.sub = broker.subs.setdefault((topic, sub), Subscription(shared=shared))
         self.sub.consumer = self
         self._consumer = self
         self.dispatched: tuple[int, int] = (-1, -1)
@@ -172,6 +188,8 @@ class FakeConsumer:
             if pos not in self.sub.acked:
                 entries[pos].redeliveries += 1
                 return entries[pos].message(entries[pos].redeliveries)
+        if self.sub.shared:
+            return self._receive_shared(entries, timeout_ms)
         for pos, e in entries.items():
             if pos > self.dispatched and pos not in self.sub.acked:
                 self.dispatched = pos
@@ -179,6 +197,34 @@ class FakeConsumer:
         if timeout_ms == 0:
             raise pulsar.Timeout("fake: nothing more now")
         raise ReadTimeout(f"{self.topic}|{self.name}: nothing more now")
+
+    def _receive_shared(self, entries: dict, timeout_ms: int):
+        sub = self.sub
+        while sub.free:
+            pos = sub.free.pop(0)
+            if pos not in sub.acked:
+                sub.owner[pos] = self
+                entries[pos].redeliveries += 1
+                return entries[pos].message(entries[pos].redeliveries)
+        for pos, e in entries.items():
+            if pos > sub.dispatched and pos not in sub.acked:
+                sub.dispatched = pos
+                sub.owner[pos] = self
+                return e.message(e.redeliveries)
+        if timeout_ms == 0:
+            raise pulsar.Timeout("fake: nothing more now")
+        raise ReadTimeout(f"{self.topic}|{self.name}: nothing more now")
+
+    def drop_connection(self, lose_grouped_acks: bool) -> None:
+        """The connection to the broker drops and comes back: grouped acks not sent are
+        lost (or sent just before), and a Shared subscription hands what this consumer
+        held to its other consumers; the application still holds its copies."""
+        if lose_grouped_acks:
+            self.grouped.clear()
+        else:
+            self.flush_acks()
+        if self.sub.shared:
+            self.sub.release(self)
 
     def acknowledge(self, what) -> None:
         self.grouped.append((_pos(what), False))
@@ -208,6 +254,8 @@ class FakeConsumer:
         self.closed = True
         if self.sub.consumer is self:
             self.sub.consumer = None
+        if self.sub.shared:
+            self.sub.release(self)
 
 
 class FakeClient:
@@ -224,7 +272,8 @@ class FakeClient:
         return FakeReader(self.broker, topic, start)
 
     def subscribe(self, topic: str, sub: str, **kw) -> FakeConsumer:
-        c = FakeConsumer(self.broker, topic, sub)
+        shared = kw.get("consumer_type") == pulsar.ConsumerType.Shared
+        c = FakeConsumer(self.broker, topic, sub, shared)
         self.consumers.append(c)
         return c
 

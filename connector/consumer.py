@@ -36,7 +36,8 @@ class Consumer(GatedStream):
     consumed under a committed transaction is acked again, never handed out (its
     first ack may have died in pulsar-client's ack grouping, or with a broker
     connection); a copy of one this consumer's open transaction holds is not handed
-    out twice.
+    out twice. Once the subscription has claims in view, each message is checked
+    again as it is handed out (another consumer may have consumed it meanwhile).
     """
 
     def __init__(self, side: ReadSide, topic: str, subscription: str,

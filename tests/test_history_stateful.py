@@ -498,3 +498,16 @@ def test_found_a_commit_after_a_restore_that_lost_its_ack_record():
     replay(SharedHistoryMachine, ("feed_input", {}), ("begin", {"base": "p0"}),
            ("save_store", {}), ("transform_on", {"base": "p0", "i": 0}),
            ("restart_store", {"lose": True}), ("commit", {"base": "p0", "i": 0}))
+
+
+def test_found_a_buffered_input_handed_out_after_another_consumer_committed_it():
+    """Found by CI's real-services run (seed 1718771925), written here as the steps the
+    Shared machine takes: p0, a transactional consumer (it consumed an input under a
+    committed txn), holds more input in its buffer (checked when pulled); its
+    connection drops, p1 gets that input from the broker and consumes it in a txn that
+    commits; p0 must not hand its buffered copy out (redelivered-after-commit)."""
+    replay(SharedHistoryMachine, ("feed_input", {}), ("transform_on", {"base": "p0", "i": 0}),
+           ("commit", {"base": "p0", "i": 0}), ("receive_on", {"base": "p0"}),
+           ("drop_connection", {"base": "p0", "lose": False, "handover": True}),
+           ("transform_on", {"base": "p1", "i": 1}), ("commit", {"base": "p1", "i": 0}),
+           ("receive_on", {"base": "p0"}))

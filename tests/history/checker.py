@@ -36,8 +36,11 @@ Checked per segment (topic) and per subscription:
   aborted-ack-applied (an ack applied although its only transaction aborted),
   unacked-gone (a message nobody acked is no longer on the subscription: an ack took
   more than its messages, e.g. a whole batched entry), redelivered-after-commit (a
-  consumer handed out a message after a transaction that acked it was reported
-  committed), batch-twice (two
+  transactional consumer, one whose session acked under a transaction before, handed
+  out a message after a transaction that acked it was reported committed; a session
+  that never acked under a transaction is held to pulsar-client's promise only: a
+  copy it held before the subscription's first claim may come out, and its ack
+  counts as any other under double-ack), batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
   twice by one reader: exactly-once end to end), reused-id (a transaction id handed
@@ -339,8 +342,16 @@ class _Checker:
         for (topic, sub), by_value in acks.items():
             for v, ops in by_value.items():
                 self.acked_twice(f"{topic}|{sub}", v, ops, committed_ok)
+        txn_acked_at: dict[tuple[str, str], int] = {}  # (process, session) -> first
+        for op in self.ops:
+            if op.f == "ack" and op.args.get("txn") and op.args.get("session"):
+                k = (op.process, op.args["session"])
+                txn_acked_at[k] = min(txn_acked_at.get(k, op.invoked), op.invoked)
         for op in self.ops:
             if op.f == "receive" and op.outcome in (OK, UNKNOWN):
+                first = txn_acked_at.get((op.process, op.args.get("session")))
+                if first is None or first > op.invoked:
+                    continue  # not a transactional consumer yet (see the module's doc)
                 key = (op.args["topic"], op.args["sub"])
                 for _, v in op.result.get("values", ()):
                     for a in acks.get(key, {}).get(v, ()):

@@ -225,7 +225,7 @@ class Process:
                                                                  else self.held))
         c = self.consumer
         op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
-                           value=m.value.decode(), txn=txn)
+                           value=m.value.decode(), txn=txn, session=self.session)
         try:
             c.acknowledge(m, txn=self.txns[txn] if txn else None)
         except (AckConflict, *REFUSED) as e:

@@ -320,12 +320,16 @@ def test_a_copy_handed_to_a_consumer_that_never_acked_in_a_txn_is_pulsars_promis
     copy it held before the subscription's first claim may come out (its ack of it
     is checked like any other)."""
     h = H()
-    h.send("i1", topic="in", pos=P(0))
-    h.receive("c1", [(P(0), "i1")])
+    h.send("i0", topic="in", pos=P(0))
+    h.send("i1", topic="in", pos=P(1))
+    h.receive("c2", [(P(0), "i0")])  # c2 pulled i0 and i1 before any claim existed
+    h.receive("c1", [(P(1), "i1")])
     h.ack("i1", txn="T1", session="c1")
     h.commit("T1")
-    h.receive("c2", [(P(0), "i1")])
+    h.receive("c2", [(P(1), "i1")])
     assert kinds(h) == []
+    h.receive("c3", [(P(1), "i1")])  # began after the commit: it saw the claim table
+    only(h, "redelivered-after-commit")
 
 
 # ---------------------------------------------------------------- Spark micro-batches

@@ -36,11 +36,12 @@ Checked per segment (topic) and per subscription:
   aborted-ack-applied (an ack applied although its only transaction aborted),
   unacked-gone (a message nobody acked is no longer on the subscription: an ack took
   more than its messages, e.g. a whole batched entry), redelivered-after-commit (a
-  transactional consumer, one whose session acked under a transaction before, handed
-  out a message after a transaction that acked it was reported committed; a session
-  that never acked under a transaction is held to pulsar-client's promise only: a
-  copy it held before the subscription's first claim may come out, and its ack
-  counts as any other under double-ack), batch-twice (two
+  consumer session handed out a message after a transaction that acked it was
+  reported committed; held to it: a session that acked under a transaction before,
+  or that first received after a commit of an ack on its subscription; any other is
+  held to pulsar-client's promise only: a copy it pulled before the subscription's
+  first claim may come out, and its ack counts as any other under double-ack),
+  batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
   twice by one reader: exactly-once end to end), reused-id (a transaction id handed
@@ -342,17 +343,31 @@ class _Checker:
         for (topic, sub), by_value in acks.items():
             for v, ops in by_value.items():
                 self.acked_twice(f"{topic}|{sub}", v, ops, committed_ok)
+        # Which consumer sessions hold the promise at a receive (the module's doc): one
+        # that acked under a txn before, or one that first received after a commit of an
+        # ack on its subscription (its every pull saw a claim table with rows in it)
         txn_acked_at: dict[tuple[str, str], int] = {}  # (process, session) -> first
+        began: dict[tuple[str, str], int] = {}  # (process, session) -> first receive
         for op in self.ops:
-            if op.f == "ack" and op.args.get("txn") and op.args.get("session"):
-                k = (op.process, op.args["session"])
+            k = (op.process, op.args.get("session"))
+            if op.f == "ack" and op.args.get("txn") and k[1]:
                 txn_acked_at[k] = min(txn_acked_at.get(k, op.invoked), op.invoked)
+            elif op.f == "receive" and k not in began:
+                began[k] = op.invoked
+        first_commit: dict[tuple, int] = {}  # subscription -> first commit of an ack on it
+        for key, by_value in acks.items():
+            done = [committed_ok[a.args["txn"]].completed for ops in by_value.values()
+                    for a in ops if a.args.get("txn") in committed_ok]
+            if done:
+                first_commit[key] = min(done)
         for op in self.ops:
             if op.f == "receive" and op.outcome in (OK, UNKNOWN):
-                first = txn_acked_at.get((op.process, op.args.get("session")))
-                if first is None or first > op.invoked:
-                    continue  # not a transactional consumer yet (see the module's doc)
                 key = (op.args["topic"], op.args["sub"])
+                k = (op.process, op.args.get("session"))
+                acked_in_txn = txn_acked_at.get(k, op.invoked + 1) <= op.invoked
+                informed = began.get(k, 0) > first_commit.get(key, began.get(k, 0))
+                if not (acked_in_txn or informed):
+                    continue  # holds pulsar-client's promise only (the module's doc)
                 for _, v in op.result.get("values", ()):
                     for a in acks.get(key, {}).get(v, ()):
                         c = committed_ok.get(a.args.get("txn"))

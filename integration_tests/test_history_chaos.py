@@ -55,6 +55,35 @@ SUB = "hist"
 RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "0") == "1"
 
 
+HOSTILE = ["partition", "unknown", "garbage", "three"]
+
+
+def hostile_send(h: History, broker, topic: str, dep: str, form: str, step: int) -> None:
+    """Any plain producer can write ``__ptxn.txn`` (issue 26 hole 9): an id of a
+    partition the namespace does not have, an id never handed out, a value that is no
+    id, the three-property form. No transaction: never delivered, never a reader's
+    error (recorded as a send of a "transaction" that never commits)."""
+    from pulsar_txn.client import quiet_logger
+    from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, TxnId, txn_properties
+
+    txn = {"partition": TxnId(99, 1), "unknown": TxnId(1, 123_456_789)}.get(form)
+    props = ({PROP_TXN: "v5:x;w;" + dep} if form == "garbage"
+             else {PROP_TXN: "v5:2:7", PROP_WRITER: "w", PROP_DEPLOYMENT: dep}
+             if form == "three" else txn_properties(txn, "w", dep))
+    value = f"hostile-{form}-{step}"
+    op = h.invoke("hostile", "send", topic=topic, value=value, key=None,
+                  txn=f"hostile:{value}", writer="w", row=None)
+    plain = pulsar.Client(broker.service_url, logger=quiet_logger())
+    try:
+        mid = plain.create_producer(topic, batching_enabled=False).send(
+            value.encode(), properties=props)
+        h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+    except pulsar.PulsarException as e:  # a broker restart in progress: stored or not
+        h.unknown(op, f"{type(e).__name__}: {e}")
+    finally:
+        plain.close()
+
+
 class Worker:
     """A consume-transform-produce worker process and its history file."""
 
@@ -159,6 +188,9 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                     main.read(main.readers[rnd.choice(mine)][0], rnd.choice(mine))
                 else:
                     main.read(rnd.choice(topics))
+            elif r < 0.93:  # a plain producer writes the protocol's property (hole 9)
+                hostile_send(h, broker, rnd.choice(topics), main.client.store.deployment,
+                             rnd.choice(HOSTILE), step)
             if step % 15 == 7:  # a backup of the metastore, for a later restore
                 copy = (h.now, copy_data_dir(redis, tmp_path / f"copy-{step}"))
             if step % 15 == 14:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from history import History, check
 from history.checker import explain
-from history.model import OK, UNKNOWN
+from history.model import FAIL, OK, UNKNOWN
 
 
 def P(entry: int, ledger: int = 1) -> tuple:
@@ -444,3 +444,22 @@ def test_a_committed_transactions_output_read_while_its_ack_is_missing_is_a_lost
     h.read("r", [(P(0), "o1")], topic="out", complete=True)
     h.cursor(["i1"])
     only(h, "lost-ack")
+
+
+# ---------------------------------------------------------------- failed sends
+def test_a_commit_after_a_send_that_raised_is_flagged():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.send("b", txn="T1", outcome=UNKNOWN)
+    h.commit("T1")
+    h.read("r", [(P(0), "a")], complete=True)
+    only(h, "commit-after-failed-send")
+
+
+def test_a_failed_commit_after_a_send_that_raised_passes():
+    h = H()
+    h.send("a", txn="T1", pos=P(0))
+    h.send("b", txn="T1", outcome=UNKNOWN)
+    h.commit("T1", outcome=FAIL)
+    h.read("r", [], complete=True)
+    assert kinds(h) == []

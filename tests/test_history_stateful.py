@@ -34,10 +34,17 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import ReadTimeout
+from pulsar_txn.errors import MetastoreUnavailable, ReadTimeout
 from pulsar_txn.metastore import MemoryMetadataStore
 from pulsar_txn.metastore.memory_namespace import NAMED
-from pulsar_txn.records import Position
+from pulsar_txn.records import (
+    PROP_DEPLOYMENT,
+    PROP_TXN,
+    PROP_WRITER,
+    Position,
+    TxnId,
+    txn_properties,
+)
 
 A, B = "persistent://public/default/hist-a", "persistent://public/default/hist-b"
 IN, OUT = "persistent://public/default/hist-in", "persistent://public/default/hist-out"
@@ -122,7 +129,9 @@ class HistoryMachine(RuleBasedStateMachine):
     def start(self, base: str) -> Process:
         self.incarnation[base] += 1
         client = open_client(self.url, self.broker, self.pump)
-        p = Process(f"{base}.{self.incarnation[base]}", client, self.h)
+        # the one store outage the machine injects (send_while_store_down) is uncertain
+        p = Process(f"{base}.{self.incarnation[base]}", client, self.h,
+                    (MetastoreUnavailable,))
         self.procs[base] = p
         return p
 
@@ -191,6 +200,40 @@ class HistoryMachine(RuleBasedStateMachine):
         txn = self.txn_of(p, i)
         p.producer(topic).native.time_out = stored
         p.send(topic, txn)
+
+    @rule(base=st.sampled_from(["p0", "p1"]), topic=TOPICS, i=PICK)
+    def send_while_store_down(self, base: str, topic: str, i: int) -> None:
+        """The metastore is unreachable while a transactional send needs its write
+        registration (issue 26 hole 12): the send raises, the caller carries on."""
+        p = self.procs[base]
+        txn = self.txn_of(p, i)
+        store = p.client.store
+
+        def down(*args, **kwargs):
+            raise MetastoreUnavailable("fake: the metastore is unreachable")
+
+        store.register_write = down  # this client's store only, for this one send
+        try:
+            p.send(topic, txn)
+        finally:
+            del store.register_write
+
+    @rule(topic=TOPICS, form=st.sampled_from(["partition", "unknown", "garbage", "three"]))
+    def hostile_send(self, topic: str, form: str) -> None:
+        """Any plain producer can write the protocol's property (issue 26 hole 9): an id
+        of a partition the namespace does not have, an id never handed out, a value
+        that is no id, the three-property form with a foreign writer. Such an entry has
+        no transaction and is never delivered (its "transaction" never commits)."""
+        dep = self.store.deployment
+        txn = {"partition": TxnId(99, 1), "unknown": TxnId(1, 123_456_789)}.get(form)
+        props = ({PROP_TXN: "v5:x;w;" + dep} if form == "garbage"
+                 else {PROP_TXN: "v5:2:7", PROP_WRITER: "w", PROP_DEPLOYMENT: dep}
+                 if form == "three" else txn_properties(txn, "w", dep))
+        value = f"hostile-{form}-{topic[-1]}{len(self.broker.log(topic))}"
+        op = self.h.invoke("hostile", "send", topic=topic, value=value, key=None,
+                           txn=f"hostile:{value}", writer="w", row=None)
+        e = self.broker.append(topic, value.encode(), props, None)
+        self.h.ok(op, position=(*e.pos, -1))
 
     @rule(lose=st.booleans())
     def restart_store(self, lose: bool) -> None:
@@ -313,6 +356,10 @@ class HistoryMachine(RuleBasedStateMachine):
         self.sweep(0, False)
         self.deliver_events()
         self.flush_all_acks()
+        for p in self.procs.values():  # every process ends: what it held goes round again
+            if p.consumer is not None:
+                p.consumer.close()
+                p.consumer = None
         last = Process("final", open_client(self.url, self.broker, self.pump), self.h)
         # recovery: committed acks a crash left are applied now
         last.subscribe(IN, SUB, **self.consumer_kwargs)

@@ -44,7 +44,9 @@ Checked per segment (topic) and per subscription:
   batch-twice (two
   transactions of one Spark micro-batch committed), duplicate-row (one logical row,
   a micro-batch's or a consume-transform-produce step's output for one input, returned
-  twice by one reader: exactly-once end to end), reused-id (a transaction id handed
+  twice by one reader: exactly-once end to end), commit-after-failed-send (a
+  transaction committed although one of its sends raised before the commit),
+  reused-id (a transaction id handed
   out twice: a new transaction, or a micro-batch of another batchId, got it again).
 """
 
@@ -483,8 +485,23 @@ class _Checker:
                     break
             self.flag(kind, f"transaction {txn}: {c.text}, yet {a.text}", *c.ops, *a.ops)
 
+    def failed_sends(self) -> None:
+        """A transaction whose send raised (the caller was told it failed, or could not
+        tell) never commits: the commit fails, as Kafka's does after a failed send."""
+        raised: dict[str, Op] = {}
+        for op in self.ops:
+            if op.f == "send" and op.args.get("txn") and op.outcome in (FAIL, UNKNOWN):
+                raised.setdefault(op.args["txn"], op)
+        for op in self.ops:
+            s = raised.get(op.args.get("txn")) if op.f == "commit" else None
+            if s is not None and op.outcome == OK and s.invoked < op.invoked:
+                self.flag("commit-after-failed-send",
+                          f"transaction {op.args['txn']} committed although its send of "
+                          f"{s.args['value']} raised before the commit", s, op)
+
     def run(self) -> list[Anomaly]:
         self.decisions()
+        self.failed_sends()
         self.reads()
         self.acks()
         self.batches()

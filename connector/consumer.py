@@ -188,7 +188,13 @@ class Consumer(GatedStream):
         k = _key(message.message_id)
         if txn is None:
             if self._claims_seen or k in self._held_elsewhere:
-                self._refuse_plain_ack_of_claimed([ack_key(Position(*k))])
+                try:
+                    self._refuse_plain_ack_of_claimed([ack_key(Position(*k))])
+                except AckConflict as conflict:
+                    if conflict.committed:  # consumed already: this copy leaves the cursor
+                        self._native.acknowledge(self._handed.pop(k, None)
+                                                 or message.message_id)
+                    raise
             self._native.acknowledge(self._handed.pop(k, None) or message.message_id)
             if self._held_elsewhere:
                 self._held_elsewhere.discard(k)

@@ -492,3 +492,23 @@ def _key_of(value: bytes, c):
             mid = raw.message_id()
             return Position(mid.ledger_id(), mid.entry_id(), mid.batch_index())
     return None
+
+
+def test_a_plain_ack_refused_for_a_committed_message_still_acks_its_copy(
+        make_client, fill, topic_name, broker):
+    """A plain ack of a copy another process consumed under a committed txn raises
+    AckConflict (committed), and this copy is acked on the broker all the same (it is
+    consumed): the cursor never keeps a message a committed txn consumed."""
+    t = topic_name()
+    fill(t)
+    client, c, msgs = _holding_all(make_client, t)
+    with client.transaction() as txn:  # this consumer now has the claims in view
+        c.acknowledge(msgs[0], txn=txn)
+    _acked_elsewhere_and_committed(make_client, c.segment, msgs[2].position)
+    for m in (msgs[1], msgs[3], msgs[4]):
+        c.acknowledge(m)
+    with pytest.raises(AckConflict) as err:
+        c.acknowledge(msgs[2])
+    assert err.value.committed
+    c.close()
+    _cursor_is_past_everything(broker, t)

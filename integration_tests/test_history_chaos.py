@@ -44,7 +44,7 @@ from history import check  # noqa: E402
 from history.checker import explain  # noqa: E402
 from history.model import History  # noqa: E402
 from history.worker import UNCERTAIN  # noqa: E402
-from history.workload import Process  # noqa: E402
+from history.workload import HOSTILE, Process, hostile_properties  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
@@ -55,28 +55,18 @@ SUB = "hist"
 RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "1") == "1"
 
 
-HOSTILE = ["partition", "unknown", "garbage", "three"]
-
-
 def hostile_send(h: History, broker, topic: str, dep: str, form: str, step: int) -> None:
-    """Any plain producer can write ``__ptxn.txn`` (issue 26 hole 9): an id of a
-    partition the namespace does not have, an id never handed out, a value that is no
-    id, the three-property form. No transaction: never delivered, never a reader's
-    error (recorded as a send of a "transaction" that never commits)."""
+    """A plain producer writes the protocol's property (issue 26 hole 9): recorded as a
+    send of a "transaction" that never commits, so never to be delivered."""
     from pulsar_txn.client import quiet_logger
-    from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, TxnId, txn_properties
 
-    txn = {"partition": TxnId(99, 1), "unknown": TxnId(1, 123_456_789)}.get(form)
-    props = ({PROP_TXN: "v5:x;w;" + dep} if form == "garbage"
-             else {PROP_TXN: "v5:2:7", PROP_WRITER: "w", PROP_DEPLOYMENT: dep}
-             if form == "three" else txn_properties(txn, "w", dep))
     value = f"hostile-{form}-{step}"
     op = h.invoke("hostile", "send", topic=topic, value=value, key=None,
                   txn=f"hostile:{value}", writer="w", row=None)
     plain = pulsar.Client(broker.service_url, logger=quiet_logger())
     try:
         mid = plain.create_producer(topic, batching_enabled=False).send(
-            value.encode(), properties=props)
+            value.encode(), properties=hostile_properties(form, dep))
         h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
     except pulsar.PulsarException as e:  # a broker restart in progress: stored or not
         h.unknown(op, f"{type(e).__name__}: {e}")

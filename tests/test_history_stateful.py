@@ -27,7 +27,7 @@ from history import check
 from history.checker import explain
 from history.fake_pulsar import FakeBroker, FakeClient
 from history.model import History
-from history.workload import Process
+from history.workload import HOSTILE, Process, hostile_properties
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -37,14 +37,7 @@ from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import MetastoreUnavailable, ReadTimeout
 from pulsar_txn.metastore import MemoryMetadataStore
 from pulsar_txn.metastore.memory_namespace import NAMED
-from pulsar_txn.records import (
-    PROP_DEPLOYMENT,
-    PROP_TXN,
-    PROP_WRITER,
-    Position,
-    TxnId,
-    txn_properties,
-)
+from pulsar_txn.records import Position
 
 A, B = "persistent://public/default/hist-a", "persistent://public/default/hist-b"
 IN, OUT = "persistent://public/default/hist-in", "persistent://public/default/hist-out"
@@ -218,20 +211,14 @@ class HistoryMachine(RuleBasedStateMachine):
         finally:
             del store.register_write
 
-    @rule(topic=TOPICS, form=st.sampled_from(["partition", "unknown", "garbage", "three"]))
+    @rule(topic=TOPICS, form=st.sampled_from(HOSTILE))
     def hostile_send(self, topic: str, form: str) -> None:
-        """Any plain producer can write the protocol's property (issue 26 hole 9): an id
-        of a partition the namespace does not have, an id never handed out, a value
-        that is no id, the three-property form with a foreign writer. Such an entry has
-        no transaction and is never delivered (its "transaction" never commits)."""
-        dep = self.store.deployment
-        txn = {"partition": TxnId(99, 1), "unknown": TxnId(1, 123_456_789)}.get(form)
-        props = ({PROP_TXN: "v5:x;w;" + dep} if form == "garbage"
-                 else {PROP_TXN: "v5:2:7", PROP_WRITER: "w", PROP_DEPLOYMENT: dep}
-                 if form == "three" else txn_properties(txn, "w", dep))
+        """A plain producer writes the protocol's property (issue 26 hole 9): recorded as
+        a send of a "transaction" that never commits, so never to be delivered."""
         value = f"hostile-{form}-{topic[-1]}{len(self.broker.log(topic))}"
         op = self.h.invoke("hostile", "send", topic=topic, value=value, key=None,
                            txn=f"hostile:{value}", writer="w", row=None)
+        props = hostile_properties(form, self.store.deployment)
         e = self.broker.append(topic, value.encode(), props, None)
         self.h.ok(op, position=(*e.pos, -1))
 

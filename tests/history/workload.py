@@ -294,3 +294,21 @@ class Process:
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return
         self.h.ok(op)
+
+
+HOSTILE = ["partition", "unknown", "garbage", "three"]
+
+
+def hostile_properties(form: str, deployment: str) -> dict[str, str]:
+    """The protocol's property as any plain producer can write it (issue 26 hole 9):
+    an id of a partition the namespace does not have, an id never handed out, a value
+    that is no id, the three-property form naming an id never handed out. No
+    transaction: never delivered, never a reader's error."""
+    from pulsar_txn.records import PROP_DEPLOYMENT, PROP_TXN, PROP_WRITER, TxnId, txn_properties
+
+    if form == "garbage":
+        return {PROP_TXN: "v5:x;w;" + deployment}
+    if form == "three":
+        return {PROP_TXN: "v5:2:7", PROP_WRITER: "w", PROP_DEPLOYMENT: deployment}
+    txn = {"partition": TxnId(99, 1), "unknown": TxnId(1, 123_456_789)}[form]
+    return txn_properties(txn, "w", deployment)

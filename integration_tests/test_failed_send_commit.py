@@ -8,77 +8,16 @@ aborts; a READ_COMMITTED reader sees none of its messages.
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import pytest
 
 from pulsar_txn.errors import AppendFailed, PulsarTxnError
-from pulsar_txn.harness.ports import free_port
+from pulsar_txn.harness.proxy import TcpProxy
 from pulsar_txn.state import TxnState
-
-
-class CuttableProxy(threading.Thread):
-    """Forwards 127.0.0.1:port to a Redis server; ``cut()`` closes every connection and
-    refuses new ones (the server is unreachable) until ``restore()``."""
-
-    def __init__(self, target_port: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.target = free_port(), target_port
-        self.open = True
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._srv = socket.create_server(("127.0.0.1", self.port))
-
-    def run(self) -> None:
-        while True:
-            try:
-                client, _ = self._srv.accept()
-            except OSError:
-                return
-            if not self.open:
-                client.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            with self._lock:
-                self._conns += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self.open = False
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            except OSError:
-                pass
-
-    def restore(self) -> None:
-        self.open = True
-
-    def close(self) -> None:
-        self.cut()
-        self._srv.close()
 
 
 @pytest.fixture
 def proxy(single_redis):
-    p = CuttableProxy(single_redis.port)
+    p = TcpProxy(single_redis.port)
     p.start()
     yield p
     p.close()

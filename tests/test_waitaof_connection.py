@@ -10,59 +10,13 @@ caller ends again, which waits for the earlier decision's fsync), never succeed.
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import pytest
 
 from pulsar_txn.errors import MetastoreUnavailable, PulsarTxnError
-from pulsar_txn.harness.ports import free_port
+from pulsar_txn.harness.proxy import TcpProxy
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.metastore import RedisMetadataStore
 from pulsar_txn.state import TxnState
-
-
-class CutFirstWaitaof(threading.Thread):
-    """Forwards 127.0.0.1:port to the server; closes the first connection that sends
-    WAITAOF before the command reaches the server."""
-
-    def __init__(self, target_port: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.target = free_port(), target_port
-        self.cut = 0
-        self.armed = False  # the store's open sends a WAITAOF of its own (its check)
-        self._srv = socket.create_server(("127.0.0.1", self.port))
-
-    def run(self) -> None:
-        while True:
-            try:
-                client, _ = self._srv.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, False),
-                             daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if from_client and self.armed and b"WAITAOF" in data.upper() and not self.cut:
-                    self.cut += 1
-                    src.close()
-                    dst.close()
-                    return
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.close()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self._srv.close()
 
 
 @pytest.fixture
@@ -73,17 +27,22 @@ def server(tmp_path):
 
 
 def test_a_waitaof_cut_mid_wait_is_not_reported_as_fsynced(server):
-    proxy = CutFirstWaitaof(server.port)
+    armed = [False]  # the store's open sends a WAITAOF of its own (its check)
+
+    def first_waitaof(data: bytes) -> bool:
+        return armed[0] and b"WAITAOF" in data.upper() and not proxy.dropped
+
+    proxy = TcpProxy(server.port, drop_when=first_waitaof)
     proxy.start()
     store = RedisMetadataStore(f"redis://127.0.0.1:{proxy.port}/0?durability=waitaof",
                                namespace="wa")
     try:
         t = store.next_txn_id()
         store.create_txn(t, 60_000)
-        proxy.armed = True
+        armed[0] = True
         with pytest.raises(MetastoreUnavailable):
             store.end_txn(t, TxnState.COMMITTED, [])
-        assert proxy.cut == 1
+        assert proxy.dropped == 1
         header, changed, _ = store.end_txn(t, TxnState.COMMITTED, [])  # ends again: waits
         assert header.state is TxnState.COMMITTED and not changed
     finally:

@@ -96,16 +96,18 @@ class TransactionBuffer:
             self.events_seen += 1
             self._cond.notify_all()
 
-    def _trust_cache(self) -> None:
-        """Drop every cached outcome once the store has met a new server start: called
-        after a store call and before the cache is used, so an answer of the new start
-        is never mixed with outcomes an earlier copy held (the watch's RESYNC, which
-        does the same, may arrive after a reader's query)."""
+    def check_server_starts(self) -> bool:
+        """Drop every cached outcome once the store has met a new server start (True:
+        dropped): called after a store call and before the cache is used, so an answer
+        of the new start is never mixed with outcomes an earlier copy held (the watch's
+        RESYNC, which does the same, may arrive after a reader's query)."""
         starts = self.store.server_starts
-        if starts != self._starts:
-            self._starts = starts
-            self._final.clear()
-            self.resyncs += 1
+        if starts == self._starts:
+            return False
+        self._starts = starts
+        self._final.clear()
+        self.resyncs += 1
+        return True
 
     @property
     def generation(self) -> int:
@@ -131,7 +133,7 @@ class TransactionBuffer:
         again past them: the next write of the same id partition may be OPEN."""
         skip: set[TxnId] = set()
         writes = self.store.open_writes(segment)
-        self._trust_cache()
+        self.check_server_starts()
         for _ in range(8):
             unknown = list({w.txn_id for w in writes if w.txn_id not in self._final})
             if unknown:
@@ -152,10 +154,12 @@ class TransactionBuffer:
     def classify(self, segment: str, entries: Iterable[tuple[TxnId, str]]) -> list[Verdict]:
         """The verdict for each (txn, writer) of a segment (WAIT: still OPEN)."""
         entries = list(entries)
-        self._trust_cache()
+        self.check_server_starts()
         missing = list({t for t, _ in entries if t not in self._final})
         if missing:
             self._load(missing)
+            if self.check_server_starts():  # met during the load: nothing cached holds
+                self._load(list({t for t, _ in entries}))
         collected = [(t, w) for t, w in entries if self._final.get(t, _OPEN).state is None]
         aborted = self.store.aborted_writers(segment, collected) if collected else set()
         out = []

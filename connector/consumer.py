@@ -246,7 +246,7 @@ class Consumer(GatedStream):
             native = self._handed.pop(_pkey(p), None)
             if native is not None:
                 self._native.acknowledge(native)
-        else:
+        elif not conflict.again:  # txn's own first ack of it stands: nothing goes round
             self.acks.refused(txn.id, p)
 
     def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:

@@ -102,6 +102,7 @@ class AckConflict(TxnConflict):
         self.position = position
         self.holder = holder
         self.committed = committed
+        self.again = again  # the holder is the acking txn itself (a second copy)
 
 
 class AckNotAllowed(PulsarTxnError):

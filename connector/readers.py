@@ -149,6 +149,7 @@ class GatedStream:
 
     def ingest(self, raws) -> None:
         """Append received messages to the buffer (one tight loop per drained batch)."""
+        self.side.buffer.check_server_starts()  # met by another query since the last pull
         if self.side.buffer.resyncs != self._resyncs:  # the store may have gone back
             self._resyncs = self.side.buffer.resyncs
             self._verdicts.clear()

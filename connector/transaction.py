@@ -146,6 +146,8 @@ class Transaction:
                                           made=self._made())
         except TxnNotOpen as e:
             self._state = TxnState(e.state)
+            if self._state is TxnState.ABORTED:  # timed out, records lost: release now
+                self._tell_participants(self._state)
             raise
         self._finish(header)
         return header
@@ -177,12 +179,15 @@ class Transaction:
         by recovery: a restarted consumer re-applies committed acks from the index."""
         self.header = header
         self._state = header.state
+        self._tell_participants(header.state)
+
+    def _tell_participants(self, state: TxnState) -> None:
         for p in self._participants:  # same-process participants need not wait for events
             try:
-                p.on_end(self.id, header.state)
+                p.on_end(self.id, state)
             except Exception as e:  # noqa: BLE001 - pulsar-client raises plain errors too
                 log.warning("transaction %s is %s; applying its acks on %s failed (recovery "
-                            "finishes it): %s", self.id, header.state.value, p.segment, e)
+                            "finishes it): %s", self.id, state.value, p.segment, e)
 
     def __enter__(self) -> Transaction:
         return self

@@ -81,12 +81,12 @@ class RedisServerStarts:
         not met since it opened is a new start (a restart, maybe on an earlier copy; a
         failover): ``server_starts`` counts it before the connection's first command
         answers, so no answer of the new start meets outcomes cached before it."""
-        conn.send_command("INFO", "server")
-        info = conn.read_response()
-        if isinstance(info, bytes):
-            info = info.decode()
-        run = next((line.partition(":")[2].strip() for line in str(info).splitlines()
-                    if line.startswith("run_id:")), "")
+        run, role = _info_field(conn, "server", "run_id"), _info_field(conn, "replication", "role")
+        if role not in ("master", ""):
+            # a replica (a cluster's slot refresh, a seed): not a server the store's
+            # commands run on; remembered, it would hide its later promotion (a failover,
+            # the lossy case), so it is met again as a primary
+            return
         with self._runs_lock:
             if run and run not in self._runs:
                 self._runs.add(run)
@@ -100,3 +100,14 @@ class RedisServerStarts:
                                    for n in self.r.get_primaries()))
         return str(self.r.info("server").get("run_id", ""))
 
+
+
+def _info_field(conn, section: str, field: str) -> str:
+    """One field of ``INFO <section>`` on a connection being opened (no health check:
+    a failed one would reconnect, and reconnecting runs the connect hook again)."""
+    conn.send_command("INFO", section, check_health=False)
+    info = conn.read_response()
+    if isinstance(info, bytes):
+        info = info.decode()
+    return next((line.partition(":")[2].strip() for line in str(info).splitlines()
+                 if line.startswith(f"{field}:")), "")

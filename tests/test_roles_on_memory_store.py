@@ -310,6 +310,29 @@ def P(e: int) -> Position:
     return Position(1, e)
 
 
+def test_no_outcome_cached_before_a_server_start_met_during_a_load_is_used(
+        coord, store, monkeypatch):
+    """A classify that must load one txn's header meets a new server start (a restore
+    from an earlier copy) on that very call: the outcomes it cached before are not
+    mixed with the new start's answers (T1's commit is lost with the restore: never
+    delivered again)."""
+    tb = TransactionBuffer(store)
+    saved = store.save_state()
+    t1 = coord.new_transaction().txn_id
+    coord.commit(t1, winners=["w"])
+    assert tb.classify("s", [(t1, "w")]) == [Verdict.DELIVER]  # cached
+    t2 = coord.new_transaction().txn_id
+    load = store.final_headers
+
+    def restored_first(ids):
+        monkeypatch.setattr(store, "final_headers", load)
+        store.restore_state(saved)  # the load's connection meets the new start
+        return load(ids)
+
+    monkeypatch.setattr(store, "final_headers", restored_first)
+    assert tb.classify("s", [(t1, "w"), (t2, "w")])[0] is not Verdict.DELIVER
+
+
 def test_two_txns_cannot_ack_one_message_until_the_first_aborts(coord, store):
     broker = Broker()
     pas = broker.pas(store)

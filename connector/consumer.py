@@ -15,7 +15,7 @@ import urllib.parse
 import pulsar
 
 from pulsar_txn.admin import admin_request, admin_topic_path
-from pulsar_txn.errors import AckConflict, AckNotAllowed, InvalidTxnId
+from pulsar_txn.errors import AckConflict, AckNotAllowed, InvalidTxnId, MetastoreUnavailable
 from pulsar_txn.message import TxnMessage
 from pulsar_txn.metastore.keys import Claims, ack_key, ack_position
 from pulsar_txn.pending_ack import PendingAckStore
@@ -206,6 +206,9 @@ class Consumer(GatedStream):
             except AckConflict as conflict:
                 self._after_conflict(txn, conflict, Position(*k))
                 raise
+            except MetastoreUnavailable as e:  # maybe recorded: the txn cannot commit
+                txn.send_failed(e, "an ack")
+                raise
         if self.expected_copies:  # acked: a late copy of it is a duplicate again
             self.expected_copies.discard(k)
 
@@ -234,6 +237,9 @@ class Consumer(GatedStream):
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
                 self._after_conflict(txn, conflict, ack_position(conflict.position))
+                raise
+            except MetastoreUnavailable as e:  # maybe recorded: the txn cannot commit
+                txn.send_failed(e, "an ack")
                 raise
             return
         self._forget_upto(upto)

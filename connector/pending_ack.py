@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pulsar_txn.errors import AckConflict, PulsarTxnError
+from pulsar_txn.errors import AckConflict, MetastoreUnavailable, PulsarTxnError
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.metastore.keys import (
     AckRecord,
@@ -84,7 +84,12 @@ class PendingAckStore:
         self._claim(txn_id, keys, cumulative, [ack_key(p) for p in given])
         try:
             self.store.record_acks(txn_id, self.segment, self.subscription, keys, cumulative)
-        except PulsarTxnError:
+        except MetastoreUnavailable:
+            # the script may have run (the answer lost with the connection): the record
+            # may exist, so the claims stay until the txn ends (the consumer marks it
+            # unable to commit; an aborted holder's claims are void to later claimers)
+            raise
+        except PulsarTxnError:  # refused by the script: nothing recorded
             self.store.release_acks(txn_id, self.segment, self.subscription,
                                     claimed_fields(keys, cumulative))
             raise

@@ -97,14 +97,15 @@ class Transaction:
             if flusher not in self._flushers:
                 self._flushers.append(flusher)
 
-    def send_failed(self, error: BaseException) -> None:
-        """A send under this transaction raised: the transaction can no longer commit,
-        whether or not the caller caught the error and sent on (as Kafka's
-        ``commitTransaction`` after a failed send). Its caller was told the message may
-        be missing, so a COMMITTED answer would contradict what it heard."""
+    def send_failed(self, error: BaseException, what: str = "a send") -> None:
+        """A send (or an ack whose record may or may not exist) under this transaction
+        raised: the transaction can no longer commit, whether or not the caller caught
+        the error and went on (as Kafka's ``commitTransaction`` after a failed send).
+        Its caller was told the operation may be missing, so a COMMITTED answer would
+        contradict what it heard."""
         with self._lock:
             if self._failed_send is None:
-                self._failed_send = repr(error)
+                self._failed_send = f"{what} raised {error!r}"
 
     def enlist(self, participant: AckParticipant) -> None:
         """An ack store that learns the outcome at once (not only by event)."""
@@ -134,9 +135,8 @@ class Transaction:
         self.ensure_open()
         try:
             if self._failed_send is not None:
-                raise AppendFailed(f"transaction {self.id}: a send raised "
-                                   f"{self._failed_send}, so the transaction cannot commit; "
-                                   "it is aborted")
+                raise AppendFailed(f"transaction {self.id}: {self._failed_send}, so the "
+                                   "transaction cannot commit; it is aborted")
             self.flush()
         except BaseException:
             self.abort()

@@ -23,6 +23,7 @@ from pulsar_txn.errors import (
     AckConflict,
     ConfigError,
     InvalidTxnTransition,
+    MetastoreUnavailable,
     PulsarTxnError,
     SegmentSealed,
     TxnNotOpen,
@@ -331,6 +332,29 @@ def test_no_outcome_cached_before_a_server_start_met_during_a_load_is_used(
 
     monkeypatch.setattr(store, "final_headers", restored_first)
     assert tb.classify("s", [(t1, "w"), (t2, "w")])[0] is not Verdict.DELIVER
+
+
+def test_an_ack_whose_record_answer_was_lost_keeps_its_claim(coord, store, monkeypatch):
+    """record_acks ran on the server but its answer was lost (the connection dropped):
+    the ack may be recorded, so its claim stays (another txn's ack of the message
+    conflicts until this txn ends) instead of being released under a recorded ack
+    that a commit would apply (two txns consuming one message, invariant 7)."""
+    pas = Broker().pas(store)
+    t1, t2 = coord.new_transaction().txn_id, coord.new_transaction().txn_id
+    record = store.record_acks
+
+    def recorded_then_lost(*args, **kwargs):
+        record(*args, **kwargs)
+        raise MetastoreUnavailable("fake: the answer was lost with the connection")
+
+    monkeypatch.setattr(store, "record_acks", recorded_then_lost)
+    with pytest.raises(MetastoreUnavailable):
+        pas.acknowledge(t1, [P(1)])
+    monkeypatch.setattr(store, "record_acks", record)
+    with pytest.raises(AckConflict):
+        pas.acknowledge(t2, [P(1)])
+    coord.abort(t1)
+    pas.acknowledge(t2, [P(1)])  # the holder aborted: its claim is void
 
 
 def test_two_txns_cannot_ack_one_message_until_the_first_aborts(coord, store):

@@ -7,7 +7,9 @@ several in one entry) and read with READ_COMMITTED reader sessions; worker proce
 (tests/history/worker.py) consume the input and, per message, send its transform to an
 output topic and ack the input in one transaction. Faults, at seeded random steps:
 SIGKILL of a worker (restarted), a Redis restart (SIGKILL, AOF with appendfsync always:
-nothing acknowledged may be lost), a broker restart, and a restore of the Redis data
+nothing acknowledged may be lost), a broker restart, a cut of the workers' connections
+to Redis for up to 2 s (a TCP proxy, harness/proxy.py), a topic unload (the reference
+broker), and a restore of the Redis data
 directory from a copy taken earlier in the run (decisions since may be lost: they
 become unknown, and what was seen of them is set aside; see tests/history/checker.py;
 ``PULSAR_TXN_HISTORY_RESTORES=0`` leaves restores out). A plain producer also writes
@@ -45,6 +47,10 @@ from history.checker import explain  # noqa: E402
 from history.model import History  # noqa: E402
 from history.worker import UNCERTAIN  # noqa: E402
 from history.workload import HOSTILE, Process, hostile_properties  # noqa: E402
+
+from pulsar_txn.admin import admin_request, admin_topic_path  # noqa: E402
+from pulsar_txn.errors import AdminError  # noqa: E402
+from pulsar_txn.harness.proxy import TcpProxy  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
@@ -140,7 +146,12 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
     # handed to the other, whose ack must conflict)
     kind = rnd.choice(["Failover", "Shared"])
     ctype = getattr(pulsar.ConsumerType, kind)
-    argv = ["--service-url", broker.service_url, "--metastore-url", redis.url,
+    # the workers reach Redis through a proxy the harness cuts (the network, not a
+    # process, fails: both ends live on)
+    proxy = TcpProxy(redis.port)
+    proxy.start()
+    cut_url = redis.url.replace(f":{redis.port}/", f":{proxy.port}/")
+    argv = ["--service-url", broker.service_url, "--metastore-url", cut_url,
             "--namespace", namespace, "--input", src, "--subscription", SUB,
             "--output", dst, "--type", kind]
     print(f"history chaos: a {kind} subscription", flush=True)
@@ -184,8 +195,9 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
             if step % 15 == 7:  # a backup of the metastore, for a later restore
                 copy = (h.now, copy_data_dir(redis, tmp_path / f"copy-{step}"))
             if step % 15 == 14:
-                fault = rnd.choice(["worker", "worker", "redis", "broker"]
-                                   + (["restore"] if RESTORES else []))
+                fault = rnd.choice(["worker", "worker", "redis", "broker", "cut"]
+                                   + (["restore"] if RESTORES else [])
+                                   + (["unload"] if getattr(broker, "admin_url", "") else []))
                 h.note("harness", "fault", what=fault)
                 faults[fault] += 1
                 print(f"history chaos: step {step}: {fault}", flush=True)
@@ -199,6 +211,16 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                 elif fault == "restore":  # maybe the same copy again: ids never reused
                     restore_data_dir(redis, copy[1])
                     h.restore(copy[0], process="harness")
+                elif fault == "cut":  # the workers' connections to Redis drop, a while
+                    proxy.cut()
+                    time.sleep(rnd.uniform(0.3, 2.0))
+                    proxy.restore()
+                elif fault == "unload":  # the broker hands the topic over (reconnects)
+                    try:
+                        admin_request(broker.admin_url, "PUT", admin_topic_path(
+                            rnd.choice([src, dst, *topics])) + "/unload")
+                    except AdminError as e:  # not created yet (nothing written to it)
+                        print(f"history chaos: unload: {e}", flush=True)
                 else:
                     broker.restart()
         top_up()  # someone drains what is left
@@ -257,4 +279,5 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                 c.close()
             except Exception:  # noqa: BLE001 - a client cut by the last restart
                 pass
+        proxy.close()
         redis.stop()

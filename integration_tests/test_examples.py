@@ -1,4 +1,7 @@
-"""Every example runs as it is, on the embedded services it starts itself."""
+"""Every example runs as it is, on the embedded services it starts itself.
+
+Slow suite: each example starts its own services and Spark session (minutes in all);
+the default run stays under its 25 minutes, and `.ci/run`'s slow stage runs them."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs(example):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",

@@ -153,12 +153,15 @@ class Consumer(GatedStream):
         self._native.acknowledge(raw)  # an aborted/losing entry is never visible: drop it
 
     def receive(self, timeout_millis: int | None = None) -> TxnMessage:
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        left, deadline = timeout_millis, None  # the clock is read only if a copy is dropped
         while True:
-            left = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             head = self.next_raw(left)
             k = _key(head[1])
             if self._claims_seen and self._consumed_meanwhile(head, k):
+                if timeout_millis is not None:
+                    if deadline is None:
+                        deadline = time.monotonic() + timeout_millis / 1000
+                    left = max(0, int((deadline - time.monotonic()) * 1000))
                 continue
             self._handed[k] = head[1]
             return self.wrap(head)

@@ -336,9 +336,14 @@ class HistoryMachine(RuleBasedStateMachine):
         if gc:
             self.sweeper.sweep_gc(retention_ms=0)
 
-    @rule(batch_id=st.integers(0, 2), attempts=st.integers(1, 2), rows=st.integers(1, 2))
-    def micro_batch(self, batch_id: int, attempts: int, rows: int) -> None:
-        self.procs["p1"].batch("q1", batch_id, B, attempts, rows, TIMEOUT_MS)
+    @rule(batch_id=st.integers(0, 2), attempts=st.integers(1, 2), rows=st.integers(1, 2),
+          query=st.sampled_from(["qA", "qA", "qB"]), rebind=st.booleans())
+    def micro_batch(self, batch_id: int, attempts: int, rows: int, query: str = "qA",
+                    rebind: bool = False) -> None:
+        """A micro-batch of one of two streaming queries that name the same ``sink.id``;
+        ``rebind``: the query's options say ``sink.id.rebind`` (a first run takes the id,
+        a later one moves it, hole 7: never erasing the other query's progress)."""
+        self.procs["p1"].batch("q1", batch_id, B, attempts, rows, TIMEOUT_MS, query, rebind)
 
     # ---- the end ----
     def finish(self) -> None:
@@ -405,8 +410,9 @@ class SharedHistoryMachine(HistoryMachine):
     def send_times_out(self, base: str, topic: str, i: int, stored: bool) -> None:
         super().send_times_out(base, topic, i, stored)
 
-    def micro_batch(self, batch_id: int, attempts: int, rows: int) -> None:
-        super().micro_batch(batch_id, attempts, rows)
+    def micro_batch(self, batch_id: int, attempts: int, rows: int, query: str = "qA",
+                    rebind: bool = False) -> None:
+        super().micro_batch(batch_id, attempts, rows, query, rebind)
 
     def receive(self) -> None:
         super().receive()
@@ -563,3 +569,19 @@ def test_found_an_ack_of_one_batched_message_taking_its_whole_entry():
     replay(SharedHistoryMachine, ("feed_input", {}), ("transform_on", {"base": "p0", "i": 0}),
            ("feed_batch", {"n": 2}), ("transform_on", {"base": "p1", "i": 0}),
            ("commit", {"base": "p1", "i": 0}))
+
+
+def test_found_a_sink_id_bounced_back_by_a_rebind_left_in_the_options():
+    """Issue 26 hole 7 as the machine's steps: query qA commits batches 0 and 1; qB
+    takes the sink id with ``sink.id.rebind``; the headers are collected (the retention
+    window passed); qA comes back with the option still set and replays batch 1. It
+    must be refused (never bind the id again), not commit
+    batch 1 a second time (batch-twice, duplicate-row)."""
+    replay(HistoryMachine,
+           ("micro_batch", {"batch_id": 0, "attempts": 1, "rows": 1, "query": "qA"}),
+           ("micro_batch", {"batch_id": 1, "attempts": 1, "rows": 1, "query": "qA"}),
+           ("micro_batch", {"batch_id": 0, "attempts": 1, "rows": 1, "query": "qB",
+                            "rebind": True}),
+           ("sweep", {"advance": TIMEOUT_MS + 1, "gc": True}),
+           ("micro_batch", {"batch_id": 1, "attempts": 1, "rows": 1, "query": "qA",
+                            "rebind": True}))

@@ -431,13 +431,14 @@ class _Checker:
         by_batch: dict[tuple, list[Op]] = defaultdict(list)
         for op in self.ops:
             if op.f == "batch":
-                by_batch[(op.args["sink"], op.args["batch_id"])].append(op)
+                by_batch[(op.args["sink"], op.args.get("query"), op.args["batch_id"])].append(op)
         ok = {c.args["txn"]: c for c in self.ops if c.f == "commit" and self.decided(c)}
-        for (sink, b), ops in by_batch.items():
+        for (sink, query, b), ops in by_batch.items():
             done = [(o, ok[o.args["txn"]]) for o in ops if o.args["txn"] in ok]
             if len({o.args["txn"] for o, _ in done}) > 1:
                 (o1, c1), (o2, c2) = done[:2]
-                self.flag("batch-twice", f"micro-batch {sink}#{b} committed as two "
+                by = f" of query {query}" if query else ""
+                self.flag("batch-twice", f"micro-batch {sink}#{b}{by} committed as two "
                           f"transactions", o1, c1, o2, c2)
         for s in self.sessions():
             rows: dict[str, tuple[str, Op]] = {}
@@ -460,7 +461,8 @@ class _Checker:
             if op.f == "begin":
                 key, txn = ("begin", op.index), op.result.get("txn")
             elif op.f == "batch" and op.args.get("txn"):
-                key, txn = ("batch", op.args["sink"], op.args["batch_id"]), op.args["txn"]
+                key = ("batch", op.args["sink"], op.args.get("query"), op.args["batch_id"])
+                txn = op.args["txn"]
             else:
                 continue
             prev = owner.get(txn)

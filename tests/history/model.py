@@ -53,7 +53,9 @@ class Op:
             "ack": lambda: (f"{'cumulative ' if a.get('cumulative') else ''}ack {a['value']} on "
                             f"{a['topic']}|{a['sub']}"
                             + (f" under {a['txn']}" if a.get("txn") else " (plain)")),
-            "batch": lambda: f"micro-batch {a['sink']}#{a['batch_id']} as {a['txn']}",
+            "batch": lambda: (f"micro-batch {a['sink']}#{a['batch_id']}"
+                              f"{' of query ' + a['query'] if a.get('query') else ''}"
+                              f" as {a['txn']}"),
             "cursor": lambda: f"look at the subscription {a['topic']}|{a['sub']}",
             "fault": lambda: f"fault: {a['what']}",
         }.get(self.f, lambda: f"{self.f} {a}")()

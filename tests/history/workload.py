@@ -25,6 +25,7 @@ from pulsar_txn.errors import (
     BrokerUnavailable,
     InvalidTxnTransition,
     ReadTimeout,
+    SinkBoundToOtherQuery,
     TxnNotFound,
     TxnNotOpen,
 )
@@ -250,22 +251,30 @@ class Process:
 
     # ---- a Spark micro-batch: one owned transaction, a writer per task attempt ----
     def batch(self, sink: str, batch_id: int, topic: str, attempts: int, rows: int,
-              timeout_ms: int) -> None:
+              timeout_ms: int, query: str | None = None, rebind: bool = False) -> None:
         """The streaming sink's protocol, with the sink's own replay guard: each task
         attempt joins the batch's transaction (``join_batch``: a batch the sink's
         progress or its owner shows committed writes nothing) and writes every row as
         its own writer; the driver commits naming the last attempt that finished, and
-        advances the sink's progress in the same CAS."""
+        advances the sink's progress in the same CAS. ``query``: which streaming query
+        runs it (two may name one ``sink.id``); ``rebind``: its options say
+        ``sink.id.rebind`` (issue 26 hole 7: left in the options, it must never let a
+        query commit a batch twice)."""
         from pulsar_txn.spark.sink_task import join_batch  # pyspark: only when used
 
-        store, query = self.client.store, f"{sink}-query"
+        store, query = self.client.store, query or f"{sink}-query"
         winners: list[str] = []
         txn_id = None
         for _ in range(attempts):
-            txn_id, done = join_batch(store, sink, query, batch_id, False, timeout_ms)
+            try:
+                txn_id, done = join_batch(store, sink, query, batch_id, rebind, timeout_ms)
+            except SinkBoundToOtherQuery as e:  # the sink id is another query's
+                self.h.fail(self.h.invoke(self.name, "batch", sink=sink, query=query,
+                                          batch_id=batch_id, txn=None), f"{type(e).__name__}: {e}")
+                return
             label = str(txn_id) if txn_id is not None else None
-            self.h.ok(self.h.invoke(self.name, "batch", sink=sink, batch_id=batch_id,
-                                    txn=label), replay=done)
+            self.h.ok(self.h.invoke(self.name, "batch", sink=sink, query=query,
+                                    batch_id=batch_id, txn=label), replay=done)
             if done:
                 return
             producer = self.client.create_producer(topic)
@@ -274,7 +283,7 @@ class Process:
                 value = fresh_value(self.name)
                 op = self.h.invoke(self.name, "send", topic=producer.segment, value=value,
                                    key=None, txn=label, writer=producer.writer_id,
-                                   row=f"{sink}#{batch_id}/{r}")
+                                   row=f"{query}#{batch_id}/{r}")
                 try:
                     mid = producer.send(value.encode(), txn=joined)
                 except REFUSED as e:

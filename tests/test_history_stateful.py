@@ -72,11 +72,15 @@ def _stop_waiting(gen: int, timeout: float) -> bool:
     raise ReadTimeout("pinned at the gate: nothing more now")
 
 
-def open_client(url: str, broker: FakeBroker, pump: EventPump) -> PulsarTxnClient:
+def open_client(url: str, broker: FakeBroker, pump: EventPump | None, **kw) -> PulsarTxnClient:
     """A PulsarTxnClient on the fake broker, with its store events delivered by the
-    test's pump, cleanups inline and no thread of its own doing work."""
+    test's pump, cleanups inline and no thread of its own doing work. No pump: the
+    client as a user opens it (its metastore opened by its first use: a reader's
+    open never creates a namespace)."""
     with mock.patch.object(pulsar, "Client", lambda *a, **k: FakeClient(broker)):
-        c = PulsarTxnClient("pulsar://fake:6650", url, sweeper=False)
+        c = PulsarTxnClient("pulsar://fake:6650", url, sweeper=False, **kw)
+    if pump is None:
+        return c
     server = c.store._s
     with server.lock:  # the client's own watch thread: the pump delivers instead
         watches = [w for w in server.txn_watches if w is not pump]
@@ -112,6 +116,9 @@ class HistoryMachine(RuleBasedStateMachine):
         self.h = History()
         self.pump = EventPump(self.store)
         self.sweeper = TransactionCoordinator(self.store, materialize_inline=True)
+        # another deployment's metastore (hole 13: a reader pointed at it by mistake)
+        self.other = MemoryMetadataStore(f"{self.name}-other", partitions=4, clock=self.clock)
+        self.misconfigured = 0  # clients opened with a wrong setting
         self.procs: dict[str, Process] = {}
         self.saved: tuple[int, dict] | None = None
         self.incarnation = {"p0": 0, "p1": 0}
@@ -284,11 +291,27 @@ class HistoryMachine(RuleBasedStateMachine):
         mine = [s for s, (t, _, _) in p.readers.items() if t == topic]
         p.read(topic, None if new or not mine else mine[-1])
 
+    @rule(base=st.sampled_from(["p0", "p1"]), topic=TOPICS,
+          wrong=st.sampled_from(["namespace", "metastore"]))
+    def read_wrong_deployment(self, base: str, topic: str, wrong: str) -> None:
+        """A reader configured with a mistyped ``metastore.namespace`` or another
+        metastore's URL (issue 26 hole 13): it must fail by name, never read past
+        committed entries as if they were not there, nor create a namespace."""
+        url, kw = ((self.url, {"namespace": "ptxm"}) if wrong == "namespace"
+                   else (f"memory://{self.name}-other", {}))
+        client = open_client(url, self.broker, None, **kw)
+        self.misconfigured += 1
+        try:
+            Process(f"{self.procs[base].name}.{wrong}{self.misconfigured}", client,
+                    self.h).read(topic)
+        finally:
+            client.close()
+
     @rule(base=st.sampled_from(["p0", "p1"]), topic=TOPICS, i=PICK)
     def replay(self, base: str, topic: str, i: int) -> None:
         """A new reader from a position some reader returned (Spark replays a range)."""
         seen = sorted({tuple(pos) for op in self.h.ops if op.f == "read"
-                       and op.args["topic"] == topic for pos, _ in op.result["values"]})
+                       and op.args["topic"] == topic for pos, _ in op.result.get("values", ())})
         start = Position(*seen[i % len(seen)]) if seen else "earliest"
         self.procs[base].read(topic, start=start)
 
@@ -384,7 +407,10 @@ class HistoryMachine(RuleBasedStateMachine):
             for p in self.procs.values():
                 p.client.coordinator.close()
             self.sweeper.close()
-            NAMED.pop((self.name, "ptxn"), None)
+            self.other.close()
+            for name in (self.name, f"{self.name}-other"):
+                NAMED.pop((name, "ptxn"), None)
+            NAMED.pop((self.name, "ptxm"), None)
 
 
 class SharedHistoryMachine(HistoryMachine):
@@ -403,6 +429,9 @@ class SharedHistoryMachine(HistoryMachine):
 
     def replay(self, base: str, topic: str, i: int) -> None:
         super().replay(base, topic, i)
+
+    def read_wrong_deployment(self, base: str, topic: str, wrong: str) -> None:
+        super().read_wrong_deployment(base, topic, wrong)
 
     def send(self, base: str, topic: str, in_txn: bool, i: int, key: str | None) -> None:
         super().send(base, topic, in_txn, i, key)
@@ -585,3 +614,16 @@ def test_found_a_sink_id_bounced_back_by_a_rebind_left_in_the_options():
            ("sweep", {"advance": TIMEOUT_MS + 1, "gc": True}),
            ("micro_batch", {"batch_id": 1, "attempts": 1, "rows": 1, "query": "qA",
                             "rebind": True}))
+
+
+def test_found_a_reader_of_a_mistyped_namespace_or_another_metastore_skips_nothing():
+    """Issue 26 hole 13 as the machine's steps: committed entries on A, then readers
+    configured with a mistyped namespace and with another metastore's URL. Each must
+    fail by name (NamespaceNotFound, ForeignDeploymentEntries); one that read on would
+    pass over T's committed value and return the plain one after it (lost-write)."""
+    replay(HistoryMachine,
+           ("send", {"base": "p0", "topic": A, "in_txn": True, "i": 0, "key": None}),
+           ("commit", {"base": "p0", "i": 0}),
+           ("send", {"base": "p0", "topic": A, "in_txn": False, "i": 0, "key": None}),
+           ("read_wrong_deployment", {"base": "p1", "topic": A, "wrong": "namespace"}),
+           ("read_wrong_deployment", {"base": "p1", "topic": A, "wrong": "metastore"}))

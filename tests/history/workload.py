@@ -23,7 +23,9 @@ from pulsar_txn.errors import (
     AckConflict,
     AppendFailed,
     BrokerUnavailable,
+    ForeignDeploymentEntries,
     InvalidTxnTransition,
+    NamespaceNotFound,
     ReadTimeout,
     SinkBoundToOtherQuery,
     TxnNotFound,
@@ -38,6 +40,8 @@ from .model import History
 
 # documented refusals: the send is not stored / the end is not this one
 REFUSED = (TxnNotOpen, AppendFailed, InvalidTxnTransition, TxnNotFound)
+# a reader of the wrong namespace or metastore (issue 26 hole 13): refused by name
+NOT_READABLE = (NamespaceNotFound, ForeignDeploymentEntries)
 _values = itertools.count()
 
 
@@ -176,12 +180,18 @@ class Process:
     # ---- readers ----
     def read(self, topic: str, session: str | None = None, start="earliest",
              complete: bool = False) -> str:
-        """Read what is readable now in ``session`` (a new one if None)."""
+        """Read what is readable now in ``session`` (a new one if None). A reader that
+        cannot tell committed from not (NOT_READABLE: a namespace that does not exist,
+        entries of another deployment) ends its session with what it returned before."""
         if session is None or session not in self.readers:
             session = session or f"{self.name}.r{next(self._sessions)}"
-            self.readers[session] = (topic, self.client.create_reader(topic, start),
-                                     start if isinstance(start, str) else
-                                     (start.ledger, start.entry, start.batch))
+            first = start if isinstance(start, str) else (start.ledger, start.entry, start.batch)
+            try:
+                self.readers[session] = (topic, self.client.create_reader(topic, start), first)
+            except NOT_READABLE as e:
+                op = self.h.invoke(self.name, "read", topic=topic, session=session, start=first)
+                self.h.fail(op, f"{type(e).__name__}: {e}")
+                return session
         topic, reader, first = self.readers[session]
         op = self.h.invoke(self.name, "read", topic=topic, session=session, start=first)
         values = []
@@ -192,7 +202,7 @@ class Process:
                 values.append(((p.ledger, p.entry, p.batch), m.value.decode()))
         except ReadTimeout:
             pass
-        except self.uncertain:  # what it returned before is real; the session ends
+        except (*NOT_READABLE, *self.uncertain):  # what it returned before is real
             del self.readers[session]
         self.h.ok(op, values=values, complete=complete)
         return session

@@ -463,3 +463,57 @@ def test_a_failed_commit_after_a_send_that_raised_passes():
     h.commit("T1", outcome=FAIL)
     h.read("r", [], complete=True)
     assert kinds(h) == []
+
+
+# ---------------------------------------------------------------- the operator's edges
+def test_a_micro_batch_of_one_query_committed_twice_is_flagged_per_query():
+    """Two queries may both commit their batch 1 (a rebind moved the sink id); one query
+    committing its batch 1 twice is batch-twice and its row read twice duplicate-row."""
+    h = H()
+    for query, txn, value, pos in (("qA", "A1", "a", P(0)), ("qB", "B1", "b", P(1)),
+                                   ("qA", "A1b", "c", P(2))):
+        h.ok(h.invoke("driver", "batch", sink="s", query=query, batch_id=1, txn=txn))
+        h.send(value, txn=txn, pos=pos, row=f"{query}#1/0")
+        h.commit(txn)
+    h.read("r", [(P(0), "a"), (P(1), "b"), (P(2), "c")], complete=True)
+    assert sorted(kinds(h)) == ["batch-twice", "duplicate-row"], explain(check(h))
+
+
+def sent_in(h: H, value: str, form: str, pos) -> None:
+    op = h.invoke("p1", "send", topic="t", value=value, txn="T1", writer="w1", key=None,
+                  row=None)
+    h.ok(op, position=pos, form=form)
+
+
+def test_an_append_in_the_old_form_after_a_successful_switch_is_flagged():
+    h = H()
+    sent_in(h, "a", "one", P(0))
+    h.ok(h.invoke("operator", "wire-format", form="three"))
+    sent_in(h, "b", "one", P(1))  # a writer opened before the switch did not follow it
+    h.commit("T1")
+    h.read("r", [(P(0), "a"), (P(1), "b")], complete=True)
+    assert "b was appended" in only(h, "stale-wire-form").message
+
+
+def test_an_append_in_the_old_form_after_a_failed_switch_or_a_restore_passes():
+    """A switch that failed (runs of the other form left) promised nothing; a restore
+    of the metastore may bring the old form back."""
+    h = H()
+    h.fail(h.invoke("operator", "wire-format", form="three"), "open transactions left")
+    sent_in(h, "a", "one", P(0))
+    copy = h.now
+    h.ok(h.invoke("operator", "wire-format", form="three"))
+    h.restore(copy)  # the copy predates the switch
+    sent_in(h, "b", "one", P(1))
+    h.commit("T1")
+    h.read("r", [(P(0), "a"), (P(1), "b")], complete=True)
+    assert kinds(h) == [], explain(check(h))
+
+
+def test_a_secret_in_an_error_or_a_log_line_is_flagged():
+    h = H()
+    h.fail(h.invoke("user", "open", mistake="urls swapped", secret="hunter2"),
+           "ConfigError: option 'service.url' got 'redis://u:***@h/0'")
+    assert kinds(h) == []
+    h.ok(h.invoke("clients", "log"), lines=["opening redis://u:hunter2@h/0"])
+    only(h, "secret-shown")

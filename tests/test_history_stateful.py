@@ -19,6 +19,7 @@ deterministic and the budget is fixed (``max_examples``).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from unittest import mock
 
@@ -34,10 +35,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import MetastoreUnavailable, ReadTimeout
+from pulsar_txn.errors import ConfigError, MetastoreUnavailable, ReadTimeout
 from pulsar_txn.metastore import MemoryMetadataStore
 from pulsar_txn.metastore.memory_namespace import NAMED
-from pulsar_txn.records import Position
+from pulsar_txn.records import PROP_WRITER, WIRE_ONE, WIRE_THREE, Position
 
 A, B = "persistent://public/default/hist-a", "persistent://public/default/hist-b"
 IN, OUT = "persistent://public/default/hist-in", "persistent://public/default/hist-out"
@@ -45,6 +46,30 @@ SUB = "hist"
 TIMEOUT_MS = 10_000
 TOPICS = st.sampled_from([A, B])
 PICK = st.integers(0, 7)
+
+
+# a user's settings with a secret where it does not belong: (service.url, metastore.url)
+MISTAKES = {
+    "urls swapped": lambda s, url: (f"redis://admin:{s}@127.0.0.1:6379/0", "pulsar://fake:6650"),
+    "credentials in service.url": lambda s, url: (f"pulsar://admin:{s}@fake:6650", url),
+    "a token as service.url": lambda s, url: (f"token:{s}", url),
+    "a bad port in metastore.url": lambda s, url: ("pulsar://fake:6650",
+                                                   f"redis://admin:{s}@127.0.0.1:6x79/0"),
+}
+
+
+class LogLines(logging.Handler):
+    """Every log line the clients write during a run (the checker looks for secrets)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(record.getMessage())
+        except Exception as e:  # a line that cannot be formatted is a finding too
+            self.lines.append(f"unformattable log line {record.msg!r}: {e}")
 
 
 class FakeClock:
@@ -119,6 +144,8 @@ class HistoryMachine(RuleBasedStateMachine):
         # another deployment's metastore (hole 13: a reader pointed at it by mistake)
         self.other = MemoryMetadataStore(f"{self.name}-other", partitions=4, clock=self.clock)
         self.misconfigured = 0  # clients opened with a wrong setting
+        self.logs = LogLines()
+        logging.getLogger("pulsar_txn").addHandler(self.logs)
         self.procs: dict[str, Process] = {}
         self.saved: tuple[int, dict] | None = None
         self.incarnation = {"p0": 0, "p1": 0}
@@ -132,6 +159,7 @@ class HistoryMachine(RuleBasedStateMachine):
         # the one store outage the machine injects (send_while_store_down) is uncertain
         p = Process(f"{base}.{self.incarnation[base]}", client, self.h,
                     (MetastoreUnavailable,))
+        p.wire_of = self.wire_of
         self.procs[base] = p
         return p
 
@@ -145,6 +173,11 @@ class HistoryMachine(RuleBasedStateMachine):
         self.h.crash(p.name)
         self.h.note(p.name, "fault", what=f"SIGKILL {p.name}")
         self.start(base)
+
+    def wire_of(self, topic: str, pos: tuple) -> str:
+        """The property form of the broker's copy of an append (hole 6)."""
+        e = next(e for e in self.broker.log(topic) if e.pos == tuple(pos[:2]))
+        return "three" if PROP_WRITER in (e.props or {}) else "one"
 
     consumer_kwargs: dict = {}  # the subscription type (Exclusive by default)
     active = "p0"  # the process whose consumer the consumer rules drive
@@ -307,6 +340,42 @@ class HistoryMachine(RuleBasedStateMachine):
         finally:
             client.close()
 
+    @rule(form=st.sampled_from(["one", "three"]))
+    def switch_wire_format(self, form: str) -> None:
+        """An operator runs ``pulsar-txn wire-format --upgrade`` or ``--downgrade``
+        (issue 26 hole 6): it reports success only once every running writer appends
+        the new form (the checker's stale-wire-form), else fails naming the
+        transactions left (the command's one pass, no waiting)."""
+        wire = WIRE_ONE if form == "one" else WIRE_THREE
+        op = self.h.invoke("operator", "wire-format", form=form)
+        self.store.set_wire_format(wire)
+        left = self.store.txns_writing_other_form(wire)
+        if left:
+            self.h.fail(op, f"open transactions may still append the other form: {left}")
+        else:
+            self.h.ok(op)
+
+    @rule(mistake=st.sampled_from(list(MISTAKES)))
+    def misconfigured_client(self, mistake: str) -> None:
+        """A user's setting carries a secret where it does not belong (issue 26 hole
+        10: URLs swapped, credentials in service.url, a token given as a URL, a
+        metastore URL with a password and a typo): the client refuses it, and neither
+        the error nor a log line shows the secret (the checker's secret-shown)."""
+        self.misconfigured += 1
+        secret = f"s3cret{self.misconfigured}x"
+        service, metastore = MISTAKES[mistake](secret, self.url)
+        op = self.h.invoke("user", "open", mistake=mistake, secret=secret)
+        try:
+            with mock.patch.object(pulsar, "Client",
+                                   lambda *a, **k: FakeClient(self.broker)):
+                client = PulsarTxnClient(service, metastore, sweeper=False)
+                client.new_transaction(TIMEOUT_MS)
+        except ConfigError as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        client.close()
+        self.h.ok(op)
+
     @rule(base=st.sampled_from(["p0", "p1"]), topic=TOPICS, i=PICK)
     def replay(self, base: str, topic: str, i: int) -> None:
         """A new reader from a position some reader returned (Spark replays a range)."""
@@ -397,6 +466,7 @@ class HistoryMachine(RuleBasedStateMachine):
         for topic in (A, B, OUT):
             last.read(topic, complete=True)
         last.client.coordinator.close()
+        self.h.ok(self.h.invoke("clients", "log"), lines=self.logs.lines)
 
     def teardown(self) -> None:
         try:
@@ -408,6 +478,7 @@ class HistoryMachine(RuleBasedStateMachine):
                 p.client.coordinator.close()
             self.sweeper.close()
             self.other.close()
+            logging.getLogger("pulsar_txn").removeHandler(self.logs)
             for name in (self.name, f"{self.name}-other"):
                 NAMED.pop((name, "ptxn"), None)
             NAMED.pop((self.name, "ptxm"), None)
@@ -432,6 +503,12 @@ class SharedHistoryMachine(HistoryMachine):
 
     def read_wrong_deployment(self, base: str, topic: str, wrong: str) -> None:
         super().read_wrong_deployment(base, topic, wrong)
+
+    def switch_wire_format(self, form: str) -> None:
+        super().switch_wire_format(form)
+
+    def misconfigured_client(self, mistake: str) -> None:
+        super().misconfigured_client(mistake)
 
     def send(self, base: str, topic: str, in_txn: bool, i: int, key: str | None) -> None:
         super().send(base, topic, in_txn, i, key)

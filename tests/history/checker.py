@@ -47,7 +47,11 @@ Checked per segment (topic) and per subscription:
   twice by one reader: exactly-once end to end), commit-after-failed-send (a
   transaction committed although one of its sends raised before the commit),
   reused-id (a transaction id handed
-  out twice: a new transaction, or a micro-batch of another batchId, got it again).
+  out twice: a new transaction, or a micro-batch of another batchId, got it again),
+  stale-wire-form (a transactional append in the other property form after an
+  operator's wire-format switch reported success: readers of an earlier build skip
+  it), secret-shown (an error or a log line shows a secret the history says a setting
+  carried).
 """
 
 from __future__ import annotations
@@ -501,8 +505,39 @@ class _Checker:
                           f"transaction {op.args['txn']} committed although its send of "
                           f"{s.args['value']} raised before the commit", s, op)
 
+    # ---- the operator's edges ----
+    def wire_forms(self) -> None:
+        """After a ``wire-format`` switch reported success, until the next switch (or a
+        restore of the metastore, which may bring the old form back), every
+        transactional append uses the form it switched to."""
+        marks = [op for op in self.ops if op.f == "wire-format"
+                 or (op.f == "fault" and "lost_after" in op.args)]
+        for send in self.ops:
+            form = send.result.get("form") if send.f == "send" and send.outcome == OK else None
+            if form is None:
+                continue
+            before = [m for m in marks if m.invoked < send.invoked]
+            last = before[-1] if before else None
+            if (last is not None and last.f == "wire-format" and last.outcome == OK
+                    and last.completed < send.invoked and last.args["form"] != form):
+                self.flag("stale-wire-form", f"{send.args['value']} was appended in the "
+                          f"{form}-property form after the namespace was switched to the "
+                          f"{last.args['form']}-property form", last, send)
+
+    def secrets(self) -> None:
+        """No error or log line shows a secret that a setting carried."""
+        secret = {op.args["secret"]: op for op in self.ops if op.args.get("secret")}
+        for op in self.ops:
+            shown = " ".join(str(v) for v in op.result.values())
+            for s, where in secret.items():
+                if s in shown:
+                    self.flag("secret-shown", f"the secret of {where.describe()!r} "
+                              f"appears in what {op.process} reported", where, op)
+
     def run(self) -> list[Anomaly]:
         self.decisions()
+        self.wire_forms()
+        self.secrets()
         self.failed_sends()
         self.reads()
         self.acks()

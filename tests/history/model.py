@@ -58,6 +58,9 @@ class Op:
                               f" as {a['txn']}"),
             "cursor": lambda: f"look at the subscription {a['topic']}|{a['sub']}",
             "fault": lambda: f"fault: {a['what']}",
+            "wire-format": lambda: f"switch the namespace to the {a['form']}-property form",
+            "open": lambda: f"open a client with a mistake: {a['mistake']}",
+            "log": lambda: "the clients' log lines",
         }.get(self.f, lambda: f"{self.f} {a}")()
         res = {k: v for k, v in self.result.items() if k != "values"}
         if "values" in self.result:

@@ -71,6 +71,9 @@ class Process:
         self.held: list = []  # messages received, not acked yet
         self.txn_acked: list = []  # messages acked under a transaction
         self._sessions = itertools.count()
+        # where the broker's copy can be looked at (the fake broker): the wire form of
+        # a transactional append, by topic and position ("one" or "three" properties)
+        self.wire_of = None
 
     # ---- transactions ----
     def begin(self, timeout_ms: int) -> str:
@@ -102,8 +105,15 @@ class Process:
         except (pulsar.Timeout, BrokerUnavailable, *self.uncertain) as e:  # stored or not
             self.h.unknown(op, f"{type(e).__name__}: {e}")
             return value
-        self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+        self._sent(op, topic, mid)
         return value
+
+    def _sent(self, op, topic: str, mid) -> None:
+        pos = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        if self.wire_of is not None and op.args.get("txn"):
+            self.h.ok(op, position=pos, form=self.wire_of(topic, pos))
+        else:
+            self.h.ok(op, position=pos)
 
     def send_batch(self, topic: str, n: int) -> None:
         """``n`` plain sends through a batching producer: one broker entry then holds
@@ -299,7 +309,7 @@ class Process:
                 except REFUSED as e:
                     self.h.fail(op, f"{type(e).__name__}: {e}")
                     break
-                self.h.ok(op, position=(mid.ledger_id(), mid.entry_id(), mid.batch_index()))
+                self._sent(op, topic, mid)
             else:
                 winners = [producer.writer_id]  # its commit message reached the driver
         if not winners:

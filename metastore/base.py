@@ -8,6 +8,7 @@ without any change to the coordinator, buffer or pending-ack code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -69,6 +70,13 @@ class Materialized(Enum):
     ALREADY = "already"      # an earlier call did
     GONE = "gone"            # no header (collected, or never created)
     OPEN = "open"            # not ended: nothing to clean yet
+
+
+def not_taken(header: TxnHeader) -> TxnHeader:
+    """A decision not known durable (``durability=waitaof``), as a reader must see it:
+    not taken yet."""
+    return dataclasses.replace(header, state=TxnState.OPEN, finalized_ms=None,
+                               winners=frozenset())
 
 
 class Collected(Enum):

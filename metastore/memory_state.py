@@ -136,6 +136,11 @@ class Server:
         self.topic_names: set[str] = set()
         self.txn_watches: list = []
         self.topic_watches: list = []
+        # the disk under appendfsync everysec (stores opened with durability=waitaof):
+        # the records as of the last fsync, which a crash of the host falls back to;
+        # a stalled disk confirms no fsync (Redis's WAITAOF times out)
+        self.disk: dict | None = None
+        self.disk_stalled = False
 
     def now(self) -> int:
         return int(self.clock())
@@ -171,6 +176,27 @@ class Server:
             self.run_id = uuid.uuid4().hex
             self.starts += 1
             self.publish(TxnEvent(EventKind.RESYNC))  # watchers missed what was lost
+
+    # ---- the disk (durability=waitaof) ----
+    def fsync(self) -> bool:
+        """Write what the server holds to disk; False if the disk stalls."""
+        with self.lock:
+            if self.disk_stalled:
+                return False
+            self.disk = self.save()
+            return True
+
+    def on_disk(self, txn_id: TxnId) -> bool:
+        """Whether the disk holds ``txn_id``'s decision."""
+        with self.lock:
+            part = (self.disk or {}).get("parts", {}).get(txn_id.partition)
+            txn = part.txns.get(txn_id.seq) if part is not None else None
+            return txn is not None and txn.state.is_terminal
+
+    def host_crash(self) -> None:
+        """The host dies: the server starts again on what the disk holds."""
+        with self.lock:
+            self.restore(self.disk if self.disk is not None else self.save())
 
     def part(self, p: int) -> Partition:
         return self.parts.setdefault(p, Partition())

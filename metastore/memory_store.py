@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlparse
 
 from pulsar_txn.errors import (
     ConfigError,
+    MetastoreUnavailable,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
@@ -54,7 +55,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized
+from .base import Collected, Materialized, not_taken
 from .keys import Keys
 from .memory_acks import AckTables
 from .memory_layouts import Layouts
@@ -78,9 +79,16 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
 
     def __init__(self, name: str | None = None, namespace: str = "ptxn",
                  partitions: int | None = None, clock: Callable[[], int] | None = None,
-                 wire_format: int = WIRE_ONE, create: bool = True) -> None:
+                 wire_format: int = WIRE_ONE, create: bool = True,
+                 durability: str = "strict") -> None:
         """``create`` False: a reader's open of a named state, which never creates the
-        namespace (as RedisMetadataStore); a private state is always new."""
+        namespace (as RedisMetadataStore); a private state is always new.
+        ``durability``: as Redis URLs' option; ``waitaof`` models a disk that lags
+        (appendfsync everysec): decisions wait for their fsync as on Redis, and
+        ``Server.host_crash`` falls back to the last one (tests)."""
+        if durability not in ("strict", "waitaof", "relaxed"):
+            raise ConfigError(f"metastore.url option durability={durability!r}: use strict, "
+                              "waitaof or relaxed")
         Keys(namespace, 1)  # the same namespace rule as Redis
         if name is None:
             server = Server(partitions or DEFAULT_PARTITIONS, clock or wall_ms, wire_format)
@@ -101,6 +109,9 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
         self.partitions = server.partitions
         self.deployment = server.deployment
         self.wire_format = server.wire_format
+        self.durability = durability
+        if durability == "waitaof" and server.disk is None:
+            server.fsync()
         self._closed = False
         self._watches: list = []
 
@@ -112,9 +123,11 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
         parsed = urlparse(url)
         if parsed.scheme != "memory":
             raise ConfigError(f"metastore.url {url!r}: not a memory:// URL")
-        namespace = parse_qs(parsed.query).get("namespace", [namespace])[0]
+        query = parse_qs(parsed.query)
+        namespace = query.get("namespace", [namespace])[0]
         name = (parsed.netloc + parsed.path).strip("/") or None
-        return cls(name, namespace=namespace, partitions=partitions, create=create)
+        return cls(name, namespace=namespace, partitions=partitions, create=create,
+                   durability=query.get("durability", ["strict"])[0])
 
     def still_current(self) -> bool:
         """The state lives as long as the process, so only this client's close ends it
@@ -127,6 +140,9 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
         with self._s.lock:
             self._s.wire_format = wire
         self.wire_format = wire
+        if self.durability == "waitaof" and not self._s.fsync():
+            raise MetastoreUnavailable("the wire-format switch was written but not "
+                                       "fsynced (the disk stalls); run the command again")
 
     def txns_writing_other_form(self, wire: int) -> list[TxnId]:
         """See RedisMetadataStore.txns_writing_other_form."""
@@ -202,8 +218,21 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
             return {t: self.get_header(t) for t in txn_ids}
 
     def final_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
-        """get_headers: never durable, never losing a decision once taken."""
-        return self.get_headers(txn_ids)
+        """get_headers; under ``waitaof`` a decision not on disk yet is fsynced here
+        (the reader's WAITAOF) or, if the disk stalls, given as not taken."""
+        out = self.get_headers(txn_ids)
+        if self.durability != "waitaof":
+            return out
+        unsure = [t for t, h in out.items() if h is not None and h.state.is_terminal
+                  and not self._s.on_disk(t)]
+        if unsure and not self._s.fsync():
+            for t in unsure:
+                out[t] = not_taken(out[t])  # type: ignore[arg-type]
+        return out
+
+    def _fsynced(self, txn_id: TxnId) -> bool:
+        """waitaof: the decision is on disk, or is now (the committer's WAITAOF)."""
+        return self.durability != "waitaof" or self._s.on_disk(txn_id) or self._s.fsync()
 
     def find_owner(self, owner: str) -> TxnId | None:
         p = partition_of(owner, self.partitions)
@@ -214,7 +243,21 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
     def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
                 segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
                 made: tuple[int, int] = (0, 0)) -> tuple[TxnHeader, bool, bool]:
-        """end_txn.lua: the single CAS. (header, changed, timed_out)."""
+        """end_txn.lua: the single CAS. (header, changed, timed_out). Under ``waitaof``
+        the answer waits for the decision's fsync, as on Redis."""
+        try:
+            out = self._end_cas(txn_id, target, winners, sink, made)
+        except TxnRecordsLost:
+            self._fsynced(txn_id)
+            raise
+        if not self._fsynced(txn_id):
+            raise MetastoreUnavailable("the decision was not fsynced (the disk stalls); "
+                                       "ending the transaction again tells its outcome")
+        return out
+
+    def _end_cas(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
+                 sink: SinkBatch | None, made: tuple[int, int]
+                 ) -> tuple[TxnHeader, bool, bool]:
         p, seq = txn_id.partition, txn_id.seq
         if sink is not None and partition_of(sink.sink_id, self.partitions) != p:
             raise ValueError(f"transaction {txn_id} is not in sink {sink.sink_id}'s partition")
@@ -328,6 +371,8 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
                 return Collected.OPEN
             if not txn.materialized:
                 return Collected.UNMATERIALIZED
+            if not self._fsynced(txn_id):  # a collected id reads as committed
+                return Collected.UNFSYNCED
             if txn.finalized > cutoff_ms:
                 return Collected.YOUNG
             if txn.state is TxnState.COMMITTED and txn.open_acks > 0:

@@ -26,27 +26,19 @@ promises nothing here (docs/durability.md).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import redis
 
 from pulsar_txn.records import TxnHeader, TxnId, in_id_space
-from pulsar_txn.state import TxnState
 
-from .base import Collected
+from .base import Collected, not_taken
 from .keys import Keys
 from .replies import header_from, translate
 from .scripts import Scripts
 
 READER_WAITAOF_MS = 2_000  # a reader's wait for an fsync (everysec: at most ~1 s)
 FSYNCED = "fs"  # the header field mark_fsynced.lua sets
-
-
-def not_taken(header: TxnHeader) -> TxnHeader:
-    """A decision not known durable, as a reader must see it: not taken yet."""
-    return dataclasses.replace(header, state=TxnState.OPEN, finalized_ms=None,
-                               winners=frozenset())
 
 
 class RedisFsync:
@@ -137,6 +129,30 @@ class RedisFsync:
                     args=[h.state.value for h in hs])
             except redis.RedisError:
                 return
+
+    def wait_fsynced(self, partitions: Sequence[int]) -> bool:
+        """Whether everything written so far to the nodes of these partitions is on
+        disk: per node, one counter write and WAITAOF on one connection (the AOF is
+        fsynced in order, so the confirmation covers every earlier write there)."""
+        by_node: dict[str, tuple[redis.Redis, str]] = {}
+        for p in partitions:
+            key = self.keys.fsync_mark(p)
+            if self.cluster:
+                node = self.r.get_node_from_key(key)
+                by_node.setdefault(node.name, (node.redis_connection, key))
+            else:
+                by_node.setdefault("", (self.r, key))
+        for conn, key in by_node.values():
+            pipe = conn.pipeline(transaction=False)
+            pipe.incr(key)
+            pipe.execute_command("WAITAOF", 1, 0, READER_WAITAOF_MS)
+            try:
+                waited = pipe.execute(raise_on_error=False)[-1]
+            except redis.ResponseError:
+                return False
+            if isinstance(waited, Exception) or int(waited[0]) < 1:
+                return False
+        return True
 
     def mark_fsynced_after_wait(self, conn: redis.Redis, header_key: str, state: str) -> None:
         """The committer's mark, on the connection whose WAITAOF confirmed the decision."""

@@ -149,7 +149,9 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
         registrations read in their script, so every writer (running or not) appends
         the new form from its next registration on; runs registered before may still
         append the other form until their transaction ends (txns_writing_other_form).
-        Kept stores see ``still_current()`` turn false and reopen."""
+        Kept stores see ``still_current()`` turn false and reopen. Under ``waitaof``
+        it returns once the switch is on disk (a host crash must not undo a switch the
+        operator was told happened), else raises MetastoreUnavailable."""
         wire = check_wire_format(wire, self.keys.ns)
         pipe = self.r.pipeline(transaction=False)
         for p in range(self.partitions):
@@ -157,6 +159,9 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
         pipe.execute()
         self.r.hset(Keys(self.keys.ns, 1).config(), "wire", wire)
         self.wire_format = wire
+        if self.durability == "waitaof" and not self.wait_fsynced(range(self.partitions)):
+            raise MetastoreUnavailable("the wire-format switch was written but not "
+                                       "fsynced (WAITAOF); run the command again")
 
     @translate
     def txns_writing_other_form(self, wire: int) -> list[TxnId]:

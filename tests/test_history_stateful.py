@@ -130,13 +130,16 @@ class Faults:
 
 class HistoryMachine(RuleBasedStateMachine):
     faults = Faults
+    durability = "strict"  # the clients' metastore.url option (see WaitaofHistoryMachine)
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         self.name = f"hist-{uuid.uuid4().hex[:8]}"
-        self.store = MemoryMetadataStore(self.name, partitions=4, clock=self.clock)
-        self.url = f"memory://{self.name}"
+        self.store = MemoryMetadataStore(self.name, partitions=4, clock=self.clock,
+                                         durability=self.durability)
+        self.url = f"memory://{self.name}" + (f"?durability={self.durability}"
+                                              if self.durability != "strict" else "")
         self.broker = FakeBroker()
         self.h = History()
         self.pump = EventPump(self.store)
@@ -348,7 +351,11 @@ class HistoryMachine(RuleBasedStateMachine):
         transactions left (the command's one pass, no waiting)."""
         wire = WIRE_ONE if form == "one" else WIRE_THREE
         op = self.h.invoke("operator", "wire-format", form=form)
-        self.store.set_wire_format(wire)
+        try:
+            self.store.set_wire_format(wire)
+        except MetastoreUnavailable as e:  # waitaof, the disk stalls: not on disk yet
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
         left = self.store.txns_writing_other_form(wire)
         if left:
             self.h.fail(op, f"open transactions may still append the other form: {left}")
@@ -560,6 +567,37 @@ class SharedHistoryMachine(HistoryMachine):
                 pass
 
 
+class WaitaofHistoryMachine(HistoryMachine):
+    """``durability=waitaof`` with a disk that lags (appendfsync everysec): the host of
+    the metastore crashes and its server starts again on what the last fsync wrote
+    (issue 26 hole 5). Unlike a restore from a backup, that loses nothing a client was
+    told nor anything a reader acted on: a commit answers once its decision is on disk,
+    and readers act on a decision only once it is. So the history records the crash as
+    a plain fault, and the checker holds every read and every answered commit to it."""
+
+    durability = "waitaof"
+
+    @rule(stalled=st.booleans())
+    def disk(self, stalled: bool) -> None:
+        """The disk stalls (no fsync confirms: WAITAOF times out) or recovers."""
+        self.store._s.disk_stalled = stalled
+
+    @rule()
+    def fsync_tick(self) -> None:
+        """appendfsync everysec's timer."""
+        self.store._s.fsync()
+
+    @rule()
+    def host_crash(self) -> None:
+        self.store._s.host_crash()
+        self.h.note("store", "fault", what="the metastore's host crashed: it restarts on "
+                    "its last fsync")
+
+    def finish(self) -> None:
+        self.store._s.disk_stalled = False  # the end: every decision can be made durable
+        super().finish()
+
+
 BUDGET = settings(max_examples=300, stateful_step_count=50, deadline=None, derandomize=True,
                   database=None, suppress_health_check=list(HealthCheck))
 
@@ -574,6 +612,10 @@ def test_generated_histories_on_the_memory_store_show_no_anomaly():
 
 def test_generated_histories_of_a_shared_subscription_show_no_anomaly():
     run(SharedHistoryMachine)
+
+
+def test_generated_histories_under_waitaof_with_host_crashes_show_no_anomaly():
+    run(WaitaofHistoryMachine)
 
 
 # ---- the shrunk cases the machine found, kept as replayable regression tests ----
@@ -704,3 +746,23 @@ def test_found_a_reader_of_a_mistyped_namespace_or_another_metastore_skips_nothi
            ("send", {"base": "p0", "topic": A, "in_txn": False, "i": 0, "key": None}),
            ("read_wrong_deployment", {"base": "p1", "topic": A, "wrong": "namespace"}),
            ("read_wrong_deployment", {"base": "p1", "topic": A, "wrong": "metastore"}))
+
+
+def test_found_a_reader_acting_on_a_decision_a_host_crash_then_lost():
+    """Issue 26 hole 5, found by the waitaof machine with readers reverted to plain
+    headers: the committer's fsync stalls, a reader delivers the batch's row from the
+    decision anyway, the host crashes, the transaction is OPEN again and times out
+    (fractured-read, unstable-replay). Readers act on a decision only once it is on
+    disk."""
+    replay(WaitaofHistoryMachine, ("feed_input", {}), ("disk", {"stalled": True}),
+           ("micro_batch", {"batch_id": 0, "attempts": 1, "rows": 1, "query": "qA"}),
+           ("read", {"base": "p0", "topic": B, "new": False}), ("host_crash", {}))
+
+
+def test_found_a_wire_format_switch_undone_by_a_host_crash():
+    """Found by the waitaof machine (this session): the operator's switch answered
+    before it was on disk; a host crash undid it and later appends used the old form
+    (stale-wire-form). Under waitaof the switch answers once fsynced."""
+    replay(WaitaofHistoryMachine, ("feed_input", {}), ("disk", {"stalled": True}),
+           ("switch_wire_format", {"form": "three"}), ("host_crash", {}),
+           ("disk", {"stalled": False}), ("transform", {"i": 0}))

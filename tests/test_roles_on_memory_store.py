@@ -750,3 +750,33 @@ def test_the_acks_pending_metric_counts_unsettled_committed_txns(coord, store):
     assert gauge() == 1
     settle_committed_acks(store, t)
     assert gauge() == 0
+
+
+def test_a_waitaof_memory_store_gives_readers_only_decisions_on_disk():
+    """The memory backend's model of durability=waitaof (a disk that lags, as under
+    appendfsync everysec), as the Redis one behaves (test_waitaof_connection): the
+    committer is told "not confirmed" while the disk stalls, readers see the decision
+    as not taken and GC keeps it; once on disk it is final, and a host crash falls
+    back to exactly what the disk holds."""
+    from pulsar_txn.errors import MetastoreUnavailable
+    from pulsar_txn.metastore.base import Collected
+    from pulsar_txn.state import TxnState
+
+    store = MemoryMetadataStore(durability="waitaof")
+    server = store._s
+    t = store.next_txn_id()
+    store.create_txn(t, 60_000)
+    server.fsync()  # everysec's timer: the OPEN header is on disk
+    server.disk_stalled = True
+    with pytest.raises(MetastoreUnavailable):
+        store.end_txn(t, TxnState.COMMITTED, [])
+    assert store.get_headers([t])[t].state is TxnState.COMMITTED  # visible at once
+    assert store.final_headers([t])[t].state is TxnState.OPEN     # not to readers
+    store.materialize_txn(t)
+    assert store.gc_txn(t, 10**15) is Collected.UNFSYNCED
+    server.host_crash()
+    assert store.get_header(t).state is TxnState.OPEN  # the decision was never on disk
+    server.disk_stalled = False
+    store.end_txn(t, TxnState.COMMITTED, [])
+    server.host_crash()
+    assert store.final_headers([t])[t].state is TxnState.COMMITTED

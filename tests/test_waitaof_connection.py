@@ -87,3 +87,24 @@ def test_a_waitaof_reader_acts_on_a_decision_only_once_it_is_fsynced(server):
         assert store.gc_txn(t, 10**15) is Collected.DONE
     finally:
         store.close()
+
+
+def test_a_wire_format_switch_under_waitaof_answers_only_once_fsynced(server):
+    """A host crash must not undo a switch the operator was told happened (found by the
+    waitaof history machine: a downgrade lost with the host, then appends in the form
+    the operator switched away from)."""
+    import redis
+
+    from pulsar_txn.records import WIRE_ONE, WIRE_THREE
+
+    r = redis.Redis.from_url(server.url)
+    store = RedisMetadataStore(f"{server.url}?durability=waitaof", namespace="ws")
+    try:
+        r.config_set("appendonly", "no")  # no fsync can be confirmed now
+        with pytest.raises(MetastoreUnavailable, match="not fsynced"):
+            store.set_wire_format(WIRE_THREE)
+        r.config_set("appendonly", "yes")
+        store.set_wire_format(WIRE_THREE)
+        store.set_wire_format(WIRE_ONE)
+    finally:
+        store.close()

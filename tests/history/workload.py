@@ -170,7 +170,7 @@ class Process:
                 txn.flush()
                 self.client.coordinator.end_transaction(TxnId.parse(label), TxnState.COMMITTED,
                                                         sorted(txn.writers), txn.segments)
-            except REFUSED:
+            except (*REFUSED, *self.uncertain):  # it dies anyway: the answer is lost
                 pass
         self.h.unknown(op, "the committer died before the answer")
 
@@ -321,6 +321,9 @@ class Process:
                                            sink=SinkBatch(sink, query, batch_id))
         except REFUSED as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
+            return
+        except self.uncertain as e:  # Spark fails the batch; its replay tells
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
             return
         self.h.ok(op)
 

@@ -553,6 +553,19 @@ class SharedHistoryMachine(HistoryMachine):
         self.active = base
         super().transform(i)
 
+    @rule(base=st.sampled_from(["p0", "p1"]), i=PICK, in_txn=st.booleans())
+    def ack_cumulative_on(self, base: str, i: int, in_txn: bool) -> None:
+        """A cumulative ack on the Shared subscription (issue 26 hole 4): refused when
+        made, as pulsar-client refuses a plain one; accepted, its commit could never
+        apply it, and the subscription would be unopenable (every subscribe's
+        recovery re-raising). The checker counts an accepted one as an ack of its
+        message only: the messages below it that the other consumer holds, taken
+        with it, would leave the subscription unacked (unacked-gone)."""
+        self.active = base
+        p = self.held()
+        if p is not None:
+            p.ack_cumulative(self.txn_of(p, i) if in_txn else None, i)
+
     @rule(base=st.sampled_from(["p0", "p1"]), lose=st.booleans(), handover=st.booleans())
     def drop_connection(self, base: str, lose: bool, handover: bool) -> None:
         """``base``'s connection drops; with ``handover`` the broker at once hands what
@@ -766,3 +779,14 @@ def test_found_a_wire_format_switch_undone_by_a_host_crash():
     replay(WaitaofHistoryMachine, ("feed_input", {}), ("disk", {"stalled": True}),
            ("switch_wire_format", {"form": "three"}), ("host_crash", {}),
            ("disk", {"stalled": False}), ("transform", {"i": 0}))
+
+
+def test_found_a_cumulative_txn_ack_on_a_shared_subscription_taking_anothers_messages():
+    """Issue 26 hole 4, found by the Shared machine with the ack-time refusal reverted:
+    p1's consumer holds the first inputs (handed over when p0's connection dropped);
+    p0 acks a later input cumulatively under a transaction and commits; the inputs p1
+    held leave the subscription unacked (unacked-gone). It is refused when made."""
+    replay(SharedHistoryMachine, ("feed_input", {}),
+           ("drop_connection", {"base": "p0", "lose": False, "handover": True}),
+           ("feed", {}), ("ack_cumulative_on", {"base": "p0", "i": 0, "in_txn": True}),
+           ("commit", {"base": "p0", "i": 0}))

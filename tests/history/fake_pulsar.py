@@ -298,6 +298,9 @@ class FakeConsumer:
             self.grouped.append((k[:2], False))
 
     def acknowledge_cumulative(self, what) -> None:
+        if self.sub.shared:  # as pulsar-client refuses it
+            raise pulsar.CumulativeAcknowledgementNotAllowedError(
+                "Cumulative acknowledgement not allowed for Shared subscriptions")
         mid, k = _mid(what), _key(what)
         if k[2] < 0 or self.handed.get(k) is not mid:
             self.grouped.append((k[:2], True))

@@ -21,6 +21,7 @@ import pulsar
 
 from pulsar_txn.errors import (
     AckConflict,
+    AckNotAllowed,
     AppendFailed,
     BrokerUnavailable,
     ForeignDeploymentEntries,
@@ -256,6 +257,27 @@ class Process:
             self.h.unknown(op, f"{type(e).__name__}: {e}")
             return False
         self.h.ok(op)
+        if txn:
+            self.txn_acked.append(m)
+        return True
+
+    def ack_cumulative(self, txn: str | None, i: int = 0) -> bool:
+        """A cumulative ack up to a held message; whether it was accepted."""
+        m = self.held[i % len(self.held)]
+        c = self.consumer
+        op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
+                           value=m.value.decode(), txn=txn, session=self.session,
+                           cumulative=True)
+        try:
+            c.acknowledge_cumulative(m, txn=self.txns[txn] if txn else None)
+        except (AckNotAllowed, AckConflict, *REFUSED) as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return False
+        except self.uncertain as e:
+            self.h.unknown(op, f"{type(e).__name__}: {e}")
+            return False
+        self.h.ok(op)
+        self.held.remove(m)
         if txn:
             self.txn_acked.append(m)
         return True

@@ -43,11 +43,14 @@ def check_named(name: str, namespace: str, server: Server) -> None:
                                                    server.deployment, current.deployment))
 
 
-def reset_named(name: str, namespace: str = "ptxn") -> None:
+def reset_named(name: str, namespace: str = "ptxn", wipe: bool = False) -> None:
     """Forget a named state: the next store opened with that name and namespace
-    starts a new deployment."""
+    starts a new deployment. ``wipe``: the records go too, as the keys of a Redis
+    namespace an operator deletes (stores still holding the state find them gone)."""
     with _NAMED_LOCK:
-        NAMED.pop((name, namespace), None)
+        server = NAMED.pop((name, namespace), None)
+    if wipe and server is not None:
+        server.wipe()
 
 
 class MemoryNamespace:

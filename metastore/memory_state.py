@@ -177,6 +177,11 @@ class Server:
             self.starts += 1
             self.publish(TxnEvent(EventKind.RESYNC))  # watchers missed what was lost
 
+    def wipe(self) -> None:
+        """Every record deleted (an operator's reset of the namespace's keys)."""
+        with self.lock:
+            self.parts, self.claims, self.topics, self.topic_names = {}, {}, {}, set()
+
     # ---- the disk (durability=waitaof) ----
     def fsync(self) -> bool:
         """Write what the server holds to disk; False if the disk stalls."""

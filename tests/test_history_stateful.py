@@ -37,7 +37,7 @@ from pulsar_txn.client import PulsarTxnClient
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import ConfigError, MetastoreUnavailable, ReadTimeout
 from pulsar_txn.metastore import MemoryMetadataStore
-from pulsar_txn.metastore.memory_namespace import NAMED
+from pulsar_txn.metastore.memory_namespace import NAMED, reset_named
 from pulsar_txn.records import PROP_WRITER, WIRE_ONE, WIRE_THREE, Position
 
 A, B = "persistent://public/default/hist-a", "persistent://public/default/hist-b"
@@ -126,6 +126,7 @@ class Faults:
     lose_grouped_acks = True  # a crash inside pulsar-client's ack-grouping window
     plain_acks_of_held = True  # a plain ack of a message a transaction holds
     store_restarts = True  # a restart (no loss) or a restore of an earlier copy
+    resets = True  # an operator wipes and initialises the metastore under running clients
 
 
 class HistoryMachine(RuleBasedStateMachine):
@@ -135,6 +136,16 @@ class HistoryMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
+        self.misconfigured = 0  # clients opened with a wrong setting
+        self.logs = LogLines()
+        logging.getLogger("pulsar_txn").addHandler(self.logs)
+        self.epoch = 0
+        self.start_epoch()
+
+    def start_epoch(self) -> None:
+        """A metastore, a broker, a history and two client processes: the whole run, or
+        what follows an operator's reset of the metastore (``reset_metastore``)."""
+        self.epoch += 1
         self.name = f"hist-{uuid.uuid4().hex[:8]}"
         self.store = MemoryMetadataStore(self.name, partitions=4, clock=self.clock,
                                          durability=self.durability)
@@ -146,14 +157,20 @@ class HistoryMachine(RuleBasedStateMachine):
         self.sweeper = TransactionCoordinator(self.store, materialize_inline=True)
         # another deployment's metastore (hole 13: a reader pointed at it by mistake)
         self.other = MemoryMetadataStore(f"{self.name}-other", partitions=4, clock=self.clock)
-        self.misconfigured = 0  # clients opened with a wrong setting
-        self.logs = LogLines()
-        logging.getLogger("pulsar_txn").addHandler(self.logs)
         self.procs: dict[str, Process] = {}
         self.saved: tuple[int, dict] | None = None
         self.incarnation = {"p0": 0, "p1": 0}
         for base in self.incarnation:
             self.start(base)
+
+    def end_epoch(self) -> None:
+        for p in self.procs.values():
+            p.client.coordinator.close()
+        self.sweeper.close()
+        self.other.close()
+        for name in (self.name, f"{self.name}-other"):
+            NAMED.pop((name, "ptxn"), None)
+        NAMED.pop((self.name, "ptxm"), None)
 
     # ---- processes ----
     def start(self, base: str) -> Process:
@@ -475,20 +492,71 @@ class HistoryMachine(RuleBasedStateMachine):
         last.client.coordinator.close()
         self.h.ok(self.h.invoke("clients", "log"), lines=self.logs.lines)
 
+    def check_history(self, h: History) -> None:
+        found = check(h)
+        assert not found, f"{explain(found)}\n\nwhole history:\n{h}"
+
     def teardown(self) -> None:
         try:
             self.finish()
-            found = check(self.h)
-            assert not found, f"{explain(found)}\n\nwhole history:\n{self.h}"
+            self.check_history(self.h)
         finally:
-            for p in self.procs.values():
-                p.client.coordinator.close()
-            self.sweeper.close()
-            self.other.close()
+            self.end_epoch()
             logging.getLogger("pulsar_txn").removeHandler(self.logs)
-            for name in (self.name, f"{self.name}-other"):
-                NAMED.pop((name, "ptxn"), None)
-            NAMED.pop((self.name, "ptxm"), None)
+
+    # ---- an operator's reset of the metastore under running clients ----
+    @rule()
+    def reset_metastore(self) -> None:
+        """An operator wipes the metastore and initialises it again while the clients
+        run (issue 26 hole 8). This epoch ends first (its history checked as at the
+        end of a run); then a client of the new deployment commits a transaction on the
+        same broker's topics, and every process of the old one, still running, tries to
+        begin, send and commit, read, and consume with acks: the checker's
+        crossed-reset (nothing begun, written, committed or acked, and no transactional
+        entry read, across the change) and its usual rules (a new deployment's entry
+        skipped or acked away is lost-write or unacked-gone) hold that history. Then a
+        new epoch starts (a new broker, metastore and processes)."""
+        if not self.faults.resets:
+            return
+        self.finish()
+        self.check_history(self.h)
+        old, broker, name = self.procs, self.broker, self.name
+        reset_named(name, wipe=True)
+        fresh = MemoryMetadataStore(name, partitions=4, clock=self.clock)  # initialised again
+        h = History()
+        h.note("operator", "fault", what="the metastore is wiped and initialised again",
+               reset=True, before=sorted(p.name for p in old.values()))
+        writer = Process("new", open_client(f"memory://{name}", broker, EventPump(fresh)), h)
+        label = writer.begin(TIMEOUT_MS)
+        for topic in (A, IN):
+            writer.send(topic, label)
+        writer.commit(label)
+        for topic in (A, IN):
+            writer.send(topic)  # a plain one after it: a reader that reads on passes it
+        for p in old.values():  # the old deployment's processes, still running
+            p.h = h
+            p.held, p.txn_acked = [], []  # their consumers were closed with the epoch
+            label = p.begin(TIMEOUT_MS)
+            if label is not None:
+                p.send(A, label)
+                p.commit(label)
+            p.read(A)
+            if p.subscribe(IN, SUB, **self.consumer_kwargs):
+                while p.receive():
+                    pass
+                while p.held:
+                    p.ack(None)
+                p.consumer.close()
+        remaining = self.broker.remaining(IN, SUB)
+        h.ok(h.invoke("final", "cursor", topic=IN, sub=SUB),
+             remaining=[e.value.decode() for e in remaining])
+        writer.client.close()
+        fresh.close()
+        self.end_epoch()
+        reset_named(name)
+        self.logs.lines.clear()
+        self.check_history(h)
+        self.start_epoch()
 
 
 class SharedHistoryMachine(HistoryMachine):
@@ -790,3 +858,12 @@ def test_found_a_cumulative_txn_ack_on_a_shared_subscription_taking_anothers_mes
            ("drop_connection", {"base": "p0", "lose": False, "handover": True}),
            ("feed", {}), ("ack_cumulative_on", {"base": "p0", "i": 0, "in_txn": True}),
            ("commit", {"base": "p0", "i": 0}))
+
+
+def test_found_a_running_client_acting_across_a_metastore_reset():
+    """Issue 26 hole 8, found by the machine (~4 s) with the store's deployment check
+    reverted: after the metastore is wiped and initialised again, the old processes
+    begin, write and commit under the old deployment's id (crossed-reset), and their
+    readers and consumers pass over the new deployment's committed entries. Each
+    refuses now, naming metastore.url (DeploymentChanged)."""
+    replay(HistoryMachine, ("feed_input", {}), ("receive", {}), ("reset_metastore", {}))

@@ -48,6 +48,9 @@ Checked per segment (topic) and per subscription:
   transaction committed although one of its sends raised before the commit),
   reused-id (a transaction id handed
   out twice: a new transaction, or a micro-batch of another batchId, got it again),
+  crossed-reset (after an operator's reset of the metastore, a process of the old
+  deployment began, wrote or acked in a transaction, committed, or read or acked a
+  transactional entry),
   stale-wire-form (a transactional append in the other property form after an
   operator's wire-format switch reported success: readers of an earlier build skip
   it), secret-shown (an error or a log line shows a secret the history says a setting
@@ -524,6 +527,26 @@ class _Checker:
                           f"{form}-property form after the namespace was switched to the "
                           f"{last.args['form']}-property form", last, send)
 
+    def resets(self) -> None:
+        """A process running when the metastore was reset stops: nothing begun, sent or
+        acked in a transaction, committed, and no transactional value read or acked,
+        after it (plain messages are no metastore's: a plain ack of one may go on)."""
+        txn_values = {v for v, op in self.sends.items() if op.args.get("txn")}
+        for reset in (op for op in self.ops if op.args.get("reset")):
+            before = set(reset.args.get("before", ()))
+            for op in self.ops:
+                if op.process not in before or op.invoked < reset.invoked or op.outcome != OK:
+                    continue
+                read = [v for _, v in op.result.get("values", ())]
+                if (op.f in ("begin", "commit")
+                        or (op.f in ("send", "ack") and op.args.get("txn"))
+                        or (op.f == "ack" and op.args["value"] in txn_values)
+                        or (op.f in ("read", "receive")
+                            and any(v in txn_values or v not in self.sends for v in read))):
+                    self.flag("crossed-reset", f"{op.process} still acted after the "
+                              "metastore was reset: it must stop, naming metastore.url",
+                              reset, op)
+
     def secrets(self) -> None:
         """No error or log line shows a secret that a setting carried."""
         secret = {op.args["secret"]: op for op in self.ops if op.args.get("secret")}
@@ -538,6 +561,7 @@ class _Checker:
         self.decisions()
         self.wire_forms()
         self.secrets()
+        self.resets()
         self.failed_sends()
         self.reads()
         self.acks()

@@ -24,6 +24,7 @@ from pulsar_txn.errors import (
     AckNotAllowed,
     AppendFailed,
     BrokerUnavailable,
+    DeploymentChanged,
     ForeignDeploymentEntries,
     InvalidTxnTransition,
     NamespaceNotFound,
@@ -40,9 +41,11 @@ from pulsar_txn.transaction import Transaction
 from .model import History
 
 # documented refusals: the send is not stored / the end is not this one
-REFUSED = (TxnNotOpen, AppendFailed, InvalidTxnTransition, TxnNotFound)
-# a reader of the wrong namespace or metastore (issue 26 hole 13): refused by name
-NOT_READABLE = (NamespaceNotFound, ForeignDeploymentEntries)
+# (DeploymentChanged: the metastore was reset under the client, issue 26 hole 8)
+REFUSED = (TxnNotOpen, AppendFailed, InvalidTxnTransition, TxnNotFound, DeploymentChanged)
+# a reader of the wrong namespace or metastore (issue 26 hole 13), or of a metastore
+# reset under it (hole 8): refused by name
+NOT_READABLE = (NamespaceNotFound, ForeignDeploymentEntries, DeploymentChanged)
 _values = itertools.count()
 
 
@@ -77,9 +80,13 @@ class Process:
         self.wire_of = None
 
     # ---- transactions ----
-    def begin(self, timeout_ms: int) -> str:
+    def begin(self, timeout_ms: int) -> str | None:
         op = self.h.invoke(self.name, "begin")
-        txn = self.client.new_transaction(timeout_ms)
+        try:
+            txn = self.client.new_transaction(timeout_ms)
+        except REFUSED as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return None
         label = str(txn.id)
         self.h.ok(op, txn=label)
         self.txns[label] = txn
@@ -219,9 +226,16 @@ class Process:
         return session
 
     # ---- a consumer ----
-    def subscribe(self, topic: str, sub: str, **kwargs) -> None:
-        self.consumer = self.client.subscribe(topic, sub, **kwargs)
+    def subscribe(self, topic: str, sub: str, **kwargs) -> bool:
+        """Whether it subscribed (NOT_READABLE: refused, recorded as a failed receive)."""
         self.session = f"{self.name}.c{next(self._sessions)}"
+        try:
+            self.consumer = self.client.subscribe(topic, sub, **kwargs)
+        except NOT_READABLE as e:
+            op = self.h.invoke(self.name, "receive", topic=topic, sub=sub, session=self.session)
+            self.h.fail(op, f"{type(e).__name__}: {e}")
+            return False
+        return True
 
     def receive(self) -> bool:
         c = self.consumer
@@ -231,6 +245,9 @@ class Process:
             m = c.receive(self.read_timeout_ms)
         except ReadTimeout:
             self.h.ok(op, values=[])
+            return False
+        except NOT_READABLE as e:
+            self.h.fail(op, f"{type(e).__name__}: {e}")
             return False
         except self.uncertain as e:
             self.h.unknown(op, f"{type(e).__name__}: {e}")

@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from pulsar_txn.errors import DeploymentChanged, NamespaceNotFound
+from pulsar_txn.errors import DeploymentChanged, MetastoreUnavailable, NamespaceNotFound
+from pulsar_txn.records import TxnId, check_wire_format
+from pulsar_txn.state import TxnState
 
 from .base import deployment_changed, missing_namespace
 from .memory_state import Server
@@ -58,6 +60,7 @@ class MemoryNamespace:
 
     url: str
     _s: Server
+    durability: str
 
     @property
     def _name(self) -> str:
@@ -96,3 +99,20 @@ class MemoryNamespace:
     def foreign_skipped(self) -> int:
         with self._s.lock:
             return getattr(self._s, "foreign_skipped", 0)
+
+    def set_wire_format(self, wire: int) -> None:
+        """See RedisMetadataStore.set_wire_format."""
+        wire = check_wire_format(wire, self.keys.ns)
+        with self._s.lock:
+            self._s.wire_format = wire
+        self.wire_format = wire
+        if self.durability == "waitaof" and not self._s.fsync():
+            raise MetastoreUnavailable("the wire-format switch was written but not "
+                                       "fsynced (the disk stalls); run the command again")
+
+    def txns_writing_other_form(self, wire: int) -> list[TxnId]:
+        """See RedisMetadataStore.txns_writing_other_form."""
+        with self._s.lock:
+            return [TxnId(p, seq) for p in range(self.partitions)
+                    for seq, txn in sorted(self._s.part(p).txns.items())
+                    if txn.state is TxnState.OPEN and txn.wire_forms - {wire}]

@@ -204,6 +204,9 @@ class Server:
             self.restore(self.disk if self.disk is not None else self.save())
 
     def part(self, p: int) -> Partition:
+        if not 0 <= p < self.partitions:  # as Redis's key builder (Keys.tag) refuses it
+            raise ValueError(f"partition {p} is not one of the namespace's "
+                             f"0..{self.partitions - 1}")
         return self.parts.setdefault(p, Partition())
 
     def open_txn(self, txn_id: TxnId, check_deadline: bool) -> Txn:

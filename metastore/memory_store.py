@@ -30,7 +30,6 @@ from urllib.parse import parse_qs, urlparse
 
 from pulsar_txn.errors import (
     ConfigError,
-    MetastoreUnavailable,
     PulsarTxnError,
     SinkBoundToOtherQuery,
     SinkFenced,
@@ -49,15 +48,15 @@ from pulsar_txn.records import (
     TxnHeader,
     TxnId,
     WriteRecord,
-    check_wire_format,
     in_id_space,
     partition_of,
 )
 from pulsar_txn.state import TxnState, check_transition
 
-from .base import Collected, Materialized, not_taken
+from .base import Collected, Materialized
 from .keys import Keys
 from .memory_acks import AckTables
+from .memory_fsync import MemoryFsync
 from .memory_layouts import Layouts
 from .memory_namespace import NAMED as _NAMED  # noqa: F401 (tests reset states through it)
 from .memory_namespace import MemoryNamespace, named_server
@@ -69,7 +68,7 @@ PENDING_LISTED = 64  # open_writes lists at most this many pending registrations
 
 
 
-class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
+class MemoryMetadataStore(MemoryFsync, MemoryNamespace, AckTables, Layouts):
     """Transaction metadata in this process: headers, records, indexes, events.
 
     ``name``: clients built with the same name and namespace share one state, as
@@ -133,23 +132,6 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
         """The state lives as long as the process, so only this client's close ends it
         (a worker that keeps stores between jobs then opens a fresh one)."""
         return not self._closed and self.wire_format == self._s.wire_format
-
-    def set_wire_format(self, wire: int) -> None:
-        """See RedisMetadataStore.set_wire_format."""
-        wire = check_wire_format(wire, self.keys.ns)
-        with self._s.lock:
-            self._s.wire_format = wire
-        self.wire_format = wire
-        if self.durability == "waitaof" and not self._s.fsync():
-            raise MetastoreUnavailable("the wire-format switch was written but not "
-                                       "fsynced (the disk stalls); run the command again")
-
-    def txns_writing_other_form(self, wire: int) -> list[TxnId]:
-        """See RedisMetadataStore.txns_writing_other_form."""
-        with self._s.lock:
-            return [TxnId(p, seq) for p in range(self.partitions)
-                    for seq, txn in sorted(self._s.part(p).txns.items())
-                    if txn.state is TxnState.OPEN and txn.wire_forms - {wire}]
 
     def close(self) -> None:
         """Stops the watches this client started: nothing else holds their threads."""
@@ -217,47 +199,15 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
         with self._s.lock:
             return {t: self.get_header(t) for t in txn_ids}
 
-    def final_headers(self, txn_ids: Sequence[TxnId]) -> dict[TxnId, TxnHeader | None]:
-        """get_headers; under ``waitaof`` a decision not on disk yet is fsynced here
-        (the reader's WAITAOF) or, if the disk stalls, given as not taken."""
-        out = self.get_headers(txn_ids)
-        if self.durability != "waitaof":
-            return out
-        unsure = [t for t, h in out.items() if h is not None and h.state.is_terminal
-                  and not self._s.on_disk(t)]
-        if unsure and not self._s.fsync():
-            for t in unsure:
-                out[t] = not_taken(out[t])  # type: ignore[arg-type]
-        return out
-
-    def _fsynced(self, txn_id: TxnId) -> bool:
-        """waitaof: the decision is on disk, or is now (the committer's WAITAOF)."""
-        return self.durability != "waitaof" or self._s.on_disk(txn_id) or self._s.fsync()
-
     def find_owner(self, owner: str) -> TxnId | None:
         p = partition_of(owner, self.partitions)
         with self._s.lock:
             seq = self._s.part(p).owners.get(owner)
             return TxnId(p, seq) if seq is not None else None
 
-    def end_txn(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                segments: Iterable[str] | None = None, sink: SinkBatch | None = None,
-                made: tuple[int, int] = (0, 0)) -> tuple[TxnHeader, bool, bool]:
-        """end_txn.lua: the single CAS. (header, changed, timed_out). Under ``waitaof``
-        the answer waits for the decision's fsync, as on Redis."""
-        try:
-            out = self._end_cas(txn_id, target, winners, sink, made)
-        except TxnRecordsLost:
-            self._fsynced(txn_id)
-            raise
-        if not self._fsynced(txn_id):
-            raise MetastoreUnavailable("the decision was not fsynced (the disk stalls); "
-                                       "ending the transaction again tells its outcome")
-        return out
-
-    def _end_cas(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
-                 sink: SinkBatch | None, made: tuple[int, int]
-                 ) -> tuple[TxnHeader, bool, bool]:
+    def end_cas(self, txn_id: TxnId, target: TxnState, winners: Iterable[str] | None,
+                sink: SinkBatch | None, made: tuple[int, int]
+                ) -> tuple[TxnHeader, bool, bool]:
         p, seq = txn_id.partition, txn_id.seq
         if sink is not None and partition_of(sink.sink_id, self.partitions) != p:
             raise ValueError(f"transaction {txn_id} is not in sink {sink.sink_id}'s partition")
@@ -371,7 +321,7 @@ class MemoryMetadataStore(MemoryNamespace, AckTables, Layouts):
                 return Collected.OPEN
             if not txn.materialized:
                 return Collected.UNMATERIALIZED
-            if not self._fsynced(txn_id):  # a collected id reads as committed
+            if not self.decision_on_disk(txn_id):  # a collected id reads as committed
                 return Collected.UNFSYNCED
             if txn.finalized > cutoff_ms:
                 return Collected.YOUNG

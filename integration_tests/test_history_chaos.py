@@ -59,6 +59,82 @@ SUB = "hist"
 # Restores of the Redis data directory are among the faults (``=0`` leaves them out,
 # e.g. to tell whether an anomaly needs one)
 RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "1") == "1"
+# A Spark streaming query among the processes, its driver and executors killed among
+# the faults: "auto" runs it on the reference broker (a standalone Spark cluster costs
+# a minute of CI), "1" on every broker, "0" nowhere
+SPARK = os.environ.get("PULSAR_TXN_HISTORY_SPARK", "auto")
+JOB = Path(__file__).parent / "spark_jobs" / "pipeline_job.py"
+
+
+class SparkPipeline:
+    """The run's streaming query: pulsar-txn source (READ_COMMITTED) on one of the run's
+    topics, each row's value tagged with its message id, pulsar-txn sink (exactly once)
+    to a topic of its own; on a standalone Spark cluster, so that an executor JVM can be
+    killed as well as the driver. At the end a last run drains the source
+    (``availableNow``), and the output, mapped back onto the source, is recorded as one
+    reader session that read the source to its end: every committed value exactly
+    once, nothing else (the checker's usual read rules)."""
+
+    def __init__(self, broker, redis_url: str, namespace: str, src: str, dst: str,
+                 tmp: Path) -> None:
+        from spark_helpers import SparkCluster
+
+        self.argv = [sys.executable, str(JOB), "--source", src, "--sink", dst,
+                     "--checkpoint", str(tmp / "spark-ckpt"), "--service-url",
+                     broker.service_url, "--metastore-url", redis_url, "--namespace",
+                     namespace, "--max-records", "50", "--tag"]
+        self.src, self.dst = src, dst
+        self.cluster = SparkCluster(tmp / "spark", workers=1).start()
+        self.proc: subprocess.Popen | None = None
+        self.runs = 0
+
+    def start(self, trigger: str = "continuous") -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.proc = subprocess.Popen(
+            [*self.argv, "--master", self.cluster.url, "--trigger", trigger], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True)
+        self.runs += 1
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill_driver(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(30)
+
+    def kill_executor(self) -> bool:
+        return self.cluster.kill_executor() is not None
+
+    def drain(self) -> None:
+        """Stop the running query (a kill: its checkpoint decides) and read what is left."""
+        self.kill_driver()
+        for _ in range(3):  # a run that gave up (the broker was still coming back) again
+            self.start("available-now")
+            out, _ = self.proc.communicate(timeout=600)
+            if "PIPELINE-DONE" in out:
+                return
+        raise AssertionError("the Spark query never drained its source")
+
+    def record(self, h: History, client) -> int:
+        """The output, mapped back onto the source, as one complete reader session."""
+        from pulsar_txn.client import read_all
+
+        values = []
+        for m in read_all(client.create_reader(self.dst), 2000):
+            value, _, mid = m.value.decode().rpartition("@")
+            values.append((tuple(int(x) for x in mid.split(":")), value))
+        op = h.invoke("spark", "read", topic=self.src, session="spark-query", start="earliest")
+        h.ok(op, values=sorted(values), complete=True)
+        return len(values)
+
+    def stop(self) -> None:
+        self.kill_driver()
+        self.cluster.stop()
 
 
 def hostile_send(h: History, broker, topic: str, dep: str, form: str, step: int) -> None:
@@ -167,6 +243,17 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
     top_up()
     faults: Counter = Counter()
     started = time.monotonic()
+    spark = None
+    if SPARK == "1" or (SPARK == "auto" and getattr(broker, "admin_url", "")):
+        # no restores with Spark in the run: its checkpoint lives outside the metastore,
+        # so a restore of the metastore loses committed output by design (the price of a
+        # lossy restore, docs/durability.md), which the checker would report
+        spark = SparkPipeline(broker, redis.url, namespace, topics[0],
+                              topic_name("hist-spark"), tmp_path)
+        spark.start()
+        print("history chaos: a Spark query (a standalone cluster) reads "
+              f"{topics[0]}; no restores in this run", flush=True)
+    restores = RESTORES and spark is None
     try:
         for step in range(STEPS):
             r = rnd.random()
@@ -196,8 +283,9 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                 copy = (h.now, copy_data_dir(redis, tmp_path / f"copy-{step}"))
             if step % 15 == 14:
                 fault = rnd.choice(["worker", "worker", "redis", "broker", "cut"]
-                                   + (["restore"] if RESTORES else [])
-                                   + (["unload"] if getattr(broker, "admin_url", "") else []))
+                                   + (["restore"] if restores else [])
+                                   + (["unload"] if getattr(broker, "admin_url", "") else [])
+                                   + (["spark-driver", "spark-executor"] if spark else []))
                 h.note("harness", "fault", what=fault)
                 faults[fault] += 1
                 print(f"history chaos: step {step}: {fault}", flush=True)
@@ -221,9 +309,20 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
                             rnd.choice([src, dst, *topics])) + "/unload")
                     except AdminError as e:  # not created yet (nothing written to it)
                         print(f"history chaos: unload: {e}", flush=True)
+                elif fault == "spark-driver":  # SIGKILL, restarted from its checkpoint
+                    spark.kill_driver()
+                    spark.start()
+                elif fault == "spark-executor":  # the worker relaunches it
+                    if not spark.kill_executor():
+                        faults["spark-executor (none running)"] += 1
                 else:
                     broker.restart()
+            if spark is not None and not spark.alive():  # it gave up (a fault): again
+                faults["spark query restarted"] += 1
+                spark.start()
         top_up()  # someone drains what is left
+        if spark is not None:
+            spark.drain()
         for w in workers:
             if w.proc.poll() is None:
                 w.finish(timeout=180)
@@ -257,13 +356,16 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
         last.read_timeout_ms = 2000
         for topic in (*topics, dst):
             last.read(topic, complete=True)
+        spark_rows = spark.record(h, last.client) if spark is not None else 0
         for w in workers:
             h.merge(w.records())
         found = check(h)
         counts = h.counts()
         print(f"history chaos: seed {seed}, {time.monotonic() - started:.0f} s, operations "
               f"{dict(sorted(counts.items()))}, faults {dict(faults)}, "
-              f"{len(workers)} worker runs ({kind}); {len(found)} anomalies")
+              f"{len(workers)} worker runs ({kind})"
+              + (f", Spark: {spark.runs} query runs, {spark_rows} rows out" if spark else "")
+              + f"; {len(found)} anomalies")
         if found:
             dump = tmp_path / "history.txt"
             dump.write_text(str(h))
@@ -280,4 +382,6 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
             except Exception:  # noqa: BLE001 - a client cut by the last restart
                 pass
         proxy.close()
+        if spark is not None:
+            spark.stop()
         redis.stop()

@@ -22,6 +22,11 @@ def main() -> None:
     ap.add_argument("--fault", default="")
     ap.add_argument("--max-records", default="500")
     ap.add_argument("--master", default="local[2,2]")
+    # the history chaos run: runs until killed, and tags each output with its input's
+    # value and position (the run maps the output back onto the source)
+    ap.add_argument("--trigger", choices=["available-now", "continuous"],
+                    default="available-now")
+    ap.add_argument("--tag", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -36,12 +41,14 @@ def main() -> None:
     src = (spark.readStream.format("pulsar-txn").options(**common).option("topic", args.source)
            .option("startingOffsets", "earliest")
            .option("maxRecordsPerTrigger", args.max_records).load())
-    out = src.select(F.col("key"),
-                     F.concat(F.upper(F.col("value").cast("string")), F.lit("-out"))
-                     .alias("value"))
-    q = (out.writeStream.format("pulsar-txn").options(**common).option("topic", args.sink)
-         .option("sink.fault", args.fault).option("checkpointLocation", args.checkpoint)
-         .trigger(availableNow=True).start())
+    value = (F.concat(F.col("value").cast("string"), F.lit("@"), F.col("messageId"))
+             if args.tag else F.concat(F.upper(F.col("value").cast("string")), F.lit("-out")))
+    out = src.select(F.col("key"), value.alias("value"))
+    w = (out.writeStream.format("pulsar-txn").options(**common).option("topic", args.sink)
+         .option("sink.fault", args.fault).option("checkpointLocation", args.checkpoint))
+    w = (w.trigger(availableNow=True) if args.trigger == "available-now"
+         else w.trigger(processingTime="300 milliseconds"))
+    q = w.start()
     q.awaitTermination()
     print("PIPELINE-DONE", flush=True)
     spark.stop()

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "PulsarTxnClient": "pulsar_txn.client",
     "Transaction": "pulsar_txn.client",
-    "TxnMessage": "pulsar_txn.client",
+    "TxnMessage": "pulsar_txn.message",
     "TransactionCoordinator": "pulsar_txn.coordinator",
     "TransactionBuffer": "pulsar_txn.buffer",
     "PendingAckStore": "pulsar_txn.pending_ack",

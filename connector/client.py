@@ -36,10 +36,9 @@ from pulsar_txn.producer import Producer
 from pulsar_txn.readers import Reader, ReadSide, read_all
 from pulsar_txn.records import Position, TxnEvent
 from pulsar_txn.scalable.admin import ScalableTopics
-from pulsar_txn.scalable.dag import is_scalable
 from pulsar_txn.scalable.producer import ScalableProducer
 from pulsar_txn.scalable.reader import ScalableReader
-from pulsar_txn.topics import normalize_topic
+from pulsar_txn.topics import is_scalable, normalize_topic
 from pulsar_txn.transaction import Transaction
 
 __all__ = ["PulsarTxnClient", "Transaction", "Producer", "Reader", "Consumer", "read_all"]

@@ -38,3 +38,11 @@ def check_transition(txn_id: str, current: TxnState, target: TxnState) -> bool:
     if target not in ALLOWED[current]:
         raise InvalidTxnTransition(txn_id, current.value, target.value)
     return True
+
+
+class SegmentState(str, Enum):
+    """A scalable topic's segment, as its descriptor records it. The split/merge
+    script seals only ACTIVE parents; a writer-run checks its segment is still
+    ACTIVE right after registering (its fence), so no write joins a sealed one."""
+    ACTIVE = "ACTIVE"
+    SEALED = "SEALED"

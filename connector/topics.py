@@ -7,7 +7,33 @@ from __future__ import annotations
 import re
 
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.scalable.dag import is_scalable, murmur3_32, normalize_scalable
+from pulsar_txn.hashing import murmur3_32
+
+# scalable topics (PIP-460's topic://): the name rule, here at the bottom so that
+# routing and the layout code share it
+SCHEME = "topic://"
+_NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
+
+
+def normalize_scalable(name: str) -> str:
+    """``topic://t/ns/x`` or ``t/ns/x`` or ``x`` → ``t/ns/x`` (the DAG's key)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"scalable topic name must be a non-empty string, got {name!r}")
+    rest = name[len(SCHEME):] if name.startswith(SCHEME) else name
+    if "://" in rest:
+        raise ConfigError(f"{name!r} is not a scalable topic (expected topic://tenant/ns/name)")
+    parts = rest.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    if len(parts) != 3 or not all(_NAME_PART.match(p) for p in parts):
+        raise ConfigError(f"scalable topic {name!r} must be topic://tenant/namespace/name "
+                          "with letters, digits, '_', '-', '.', '='")
+    return "/".join(parts)
+
+
+def is_scalable(name: str) -> bool:
+    return isinstance(name, str) and name.startswith(SCHEME)
+
 
 _NAMED = re.compile(r"[-=:.\w]+", re.ASCII)  # Pulsar's rule for tenants and namespaces
 

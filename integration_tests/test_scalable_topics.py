@@ -14,8 +14,9 @@ import pytest
 from helpers import raw_entries
 
 from pulsar_txn.client import read_all
-from pulsar_txn.metastore.base import LayoutVerdict, SegmentState
+from pulsar_txn.metastore.base import LayoutVerdict
 from pulsar_txn.records import PROP_TXN
+from pulsar_txn.state import SegmentState
 
 
 @pytest.fixture
@@ -268,7 +269,8 @@ def test_keys_route_by_upstreams_rule_and_old_layouts_keep_theirs(sclient, make_
     """New layouts record Murmur3_32(key) >>> 16 (upstream's v5 client rule) and route by
     it; a layout created before the function was recorded keeps CRC-32, so its keys
     stay in the segments they were written to (migration is explicit: a new topic)."""
-    from pulsar_txn.scalable.dag import key_hash, murmur3_32
+    from pulsar_txn.hashing import murmur3_32
+    from pulsar_txn.scalable.dag import key_hash
 
     keys = [f"key-{i}" for i in range(40)]
     lay = sclient.scalable.create(scalable_name, segments=4)

@@ -56,14 +56,6 @@ def clock_behind(url: str, seconds: float) -> str:
             "clock (NTP) and retry")
 
 
-class SegmentState(str, Enum):
-    """A scalable topic's segment, as its descriptor records it. The split/merge
-    script seals only ACTIVE parents; a writer-run checks its segment is still
-    ACTIVE right after registering (its fence), so no write joins a sealed one."""
-    ACTIVE = "ACTIVE"
-    SEALED = "SEALED"
-
-
 class Materialized(Enum):
     """What ``materialize_txn`` found (the cleanup of an ended transaction)."""
     DONE = "done"            # this call removed its index entries and listed its losers

@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 from pulsar_txn.errors import ConfigError, TopicNotFound
+from pulsar_txn.state import SegmentState
 
-from .base import LayoutChange, LayoutRecord, LayoutVerdict, SegmentState
+from .base import LayoutChange, LayoutRecord, LayoutVerdict
 from .memory_state import Server, Topic, decode
 from .memory_watch import MemoryTopicWatch
 

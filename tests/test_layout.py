@@ -194,8 +194,8 @@ def test_no_store_status_string_crosses_the_store_boundary():
     in metastore/."""
     offenders = []
     for name, path in MODULES.items():
-        if name.startswith("pulsar_txn.metastore"):
-            continue
+        if name.startswith("pulsar_txn.metastore") or name == "pulsar_txn.state":
+            continue  # state.py defines the typed states (SegmentState.SEALED)
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if STATUS.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
@@ -235,3 +235,49 @@ def test_every_lazy_public_name_resolves():
     for name in pulsar_txn.__all__:
         assert getattr(pulsar_txn, name) is not None, name
         assert getattr(pulsar_txn, name).__name__ == name
+
+
+# The layers, bottom first (docs/architecture.md, "Layers", prints this table): a
+# module imports only modules of its own layer or below. Vocabulary is what every
+# layer speaks; the metastore knows nothing of Pulsar; the broker edges know the
+# metastore's URL rules only; roles are the PIP's; the client composes them; Spark
+# uses the client's pieces; the tools (CLI, harness) sit on top.
+LAYERS = [
+    ("vocabulary", ["pulsar_txn", "pulsar_txn.errors", "pulsar_txn.state", "pulsar_txn.records",
+                    "pulsar_txn.hashing", "pulsar_txn.topics", "pulsar_txn.message",
+                    "pulsar_txn.deployments"]),
+    ("metastore", ["pulsar_txn.metastore", "pulsar_txn.metastore.*"]),
+    ("broker edges", ["pulsar_txn.broker_io", "pulsar_txn.admin", "pulsar_txn.connection",
+                      "pulsar_txn.entry_acks"]),
+    ("roles", ["pulsar_txn.buffer", "pulsar_txn.coordinator", "pulsar_txn.pending_ack",
+               "pulsar_txn.writer", "pulsar_txn.transaction", "pulsar_txn.readers",
+               "pulsar_txn.consumer", "pulsar_txn.producer", "pulsar_txn.metrics",
+               "pulsar_txn.scalable", "pulsar_txn.scalable.*"]),
+    ("client", ["pulsar_txn.client"]),
+    ("spark", ["pulsar_txn.spark", "pulsar_txn.spark.*"]),
+    ("tools", ["pulsar_txn.cli", "pulsar_txn.harness", "pulsar_txn.harness.*"]),
+]
+
+
+def _layer(module: str) -> int:
+    for i, (_, members) in enumerate(LAYERS):
+        for m in members:
+            if module == m or (m.endswith(".*") and module.startswith(m[:-1])):
+                return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: give it one")
+
+
+def test_imports_point_down_the_layer_table():
+    """Every import goes to the importer's layer or one below (issue 32: topics.py
+    imported scalable/dag.py for the name rule and the hash, the one import up)."""
+    up = [f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+          for name, path in sorted(MODULES.items()) for dep in sorted(_imports(name, path))
+          if _layer(dep) > _layer(name)]
+    assert up == []
+
+
+def test_the_architecture_page_prints_the_layer_table():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    for name, members in LAYERS:
+        line = f"| {name} | " + ", ".join(f"`{m}`" for m in members) + " |"
+        assert line in page, f"docs/architecture.md must list the layer: {line}"

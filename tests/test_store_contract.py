@@ -42,7 +42,6 @@ from pulsar_txn.metastore.base import (
     LayoutVerdict,
     Materialized,
     MetadataStore,
-    SegmentState,
 )
 from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, ack_key
 from pulsar_txn.metastore.memory_acks import TRIMMED_HOLDER
@@ -59,7 +58,7 @@ from pulsar_txn.records import (
     sink_owner,
 )
 from pulsar_txn.scalable.dag import Segment
-from pulsar_txn.state import TxnState
+from pulsar_txn.state import SegmentState, TxnState
 
 P = 4  # partitions: few, so that txns share partitions and per-partition rules show
 LONG = 60_000

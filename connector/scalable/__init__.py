@@ -23,8 +23,8 @@ _EXPORTS = {
     "count_backing_entries": "pulsar_txn.scalable.admin",
     "ScalableProducer": "pulsar_txn.scalable.producer",
     "ScalableReader": "pulsar_txn.scalable.reader",
-    "is_scalable": "pulsar_txn.scalable.dag",
-    "normalize_scalable": "pulsar_txn.scalable.dag",
+    "is_scalable": "pulsar_txn.topics",
+    "normalize_scalable": "pulsar_txn.topics",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -57,10 +57,10 @@ from pulsar_txn.scalable.dag import (
     Segment,
     initial_segments,
     key_hash,
-    normalize_scalable,
     plan_merge,
     plan_split,
 )
+from pulsar_txn.topics import normalize_scalable
 
 log = logging.getLogger(__name__)
 

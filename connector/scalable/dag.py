@@ -14,7 +14,6 @@ reader's happens-before order are plain functions, unit-tested on their own.
 from __future__ import annotations
 
 import json
-import re
 import zlib
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -22,49 +21,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from pulsar_txn.errors import ConfigError
-from pulsar_txn.metastore.base import SegmentState
+from pulsar_txn.hashing import murmur3_32
 from pulsar_txn.records import BEFORE_EARLIEST, Position
+from pulsar_txn.state import SegmentState
+from pulsar_txn.topics import SCHEME
 
 HASH_SPACE = 1 << 16
-SCHEME = "topic://"
-
-_NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
-
-
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """MurmurHash3 x86_32, the function upstream Pulsar's clients hash keys with."""
-    c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
-    h = seed & mask
-    n = len(data)
-    tail = n - n % 4
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & mask
-        h = (h * 5 + 0xE6546B64) & mask
-    k = 0
-    rest = n & 3
-    if rest == 3:
-        k ^= data[tail + 2] << 16
-    if rest >= 2:
-        k ^= data[tail + 1] << 8
-    if rest >= 1:
-        k ^= data[tail]
-        k = (k * c1) & mask
-        k = ((k << 15) | (k >> 17)) & mask
-        k = (k * c2) & mask
-        h ^= k
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & mask
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & mask
-    h ^= h >> 16
-    return h
-
 
 # How a layout maps keys to its hash space. A layout records its function: topics
 # created before it was recorded keep CRC-32 (their keys stay where they are).
@@ -92,26 +54,6 @@ def key_hash(key: str | bytes | None, fn: str = DEFAULT_HASH) -> int:
     except KeyError:
         raise ConfigError(f"unknown key hash function {fn!r}; known: "
                           f"{', '.join(HASH_FUNCTIONS)}") from None
-
-
-def normalize_scalable(name: str) -> str:
-    """``topic://t/ns/x`` or ``t/ns/x`` or ``x`` → ``t/ns/x`` (the DAG's key)."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"scalable topic name must be a non-empty string, got {name!r}")
-    rest = name[len(SCHEME):] if name.startswith(SCHEME) else name
-    if "://" in rest:
-        raise ConfigError(f"{name!r} is not a scalable topic (expected topic://tenant/ns/name)")
-    parts = rest.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", parts[0]]
-    if len(parts) != 3 or not all(_NAME_PART.match(p) for p in parts):
-        raise ConfigError(f"scalable topic {name!r} must be topic://tenant/namespace/name "
-                          "with letters, digits, '_', '-', '.', '='")
-    return "/".join(parts)
-
-
-def is_scalable(name: str) -> bool:
-    return isinstance(name, str) and name.startswith(SCHEME)
 
 
 def backing_topic(topic: str, segment_id: int) -> str:

@@ -10,7 +10,8 @@ from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout
 from pulsar_txn.readers import Reader, ReadSide
 from pulsar_txn.records import BEFORE_EARLIEST, Position
 from pulsar_txn.scalable.admin import ScalableTopics
-from pulsar_txn.scalable.dag import Segment, normalize_scalable
+from pulsar_txn.scalable.dag import Segment
+from pulsar_txn.topics import normalize_scalable
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ from pulsar_txn.admin import check_admin_url
 from pulsar_txn.connection import authentication, check_service_url, quiet_logger
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore.redis_url import redact_url
-from pulsar_txn.scalable.dag import is_scalable, normalize_scalable
-from pulsar_txn.topics import normalize_any, normalize_topic
+from pulsar_txn.topics import is_scalable, normalize_any, normalize_scalable, normalize_topic
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
 SPARK = {"path", "checkpointlocation"}

@@ -11,7 +11,8 @@ Modules, by role (imports point down this list):
 - ``sink_commit``: the sink's Spark writers, whose driver-side commit decides each
   batch's transaction; ``sink_task``: an executor task writing its rows under it;
   ``faults``: the crash points the sink's tests inject;
-- ``options``, ``resources``: parsed options; what a Python worker keeps.
+- ``options``, ``resources``: parsed options; what a Python worker keeps; ``logs``:
+  the wing's log lines in Spark's processes.
 
 Why pyspark is imported lazily here, and only here: this package is also imported
 without Spark (the CLI reads ``options`` to find a checkpoint's sink id;
@@ -22,24 +23,9 @@ its partitions, so those import pyspark at the top.
 
 from __future__ import annotations
 
-import logging
+from .logs import configure_logging
 
 __all__ = ["PulsarTxnDataSource", "configure_logging", "register"]
-
-
-def configure_logging() -> None:
-    """Show the wing's log lines (sink commits, source progress, warnings) in the
-    process Spark runs it in: Spark keeps a Python worker's stderr in the driver's or
-    executor's log, and the worker has no logging set up of its own. Called where
-    Spark loads the source or runs a task, never at import, so importing the package
-    leaves an application's own logging alone."""
-    log = logging.getLogger("pulsar_txn.spark")
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
 
 
 def register(spark) -> None:

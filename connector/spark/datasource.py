@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
 
-from pulsar_txn.spark import configure_logging
+from pulsar_txn.spark.logs import configure_logging
 
 from .partition_reader import SCHEMA
 from .sink_commit import PulsarTxnBatchWriter, PulsarTxnStreamWriter

@@ -21,7 +21,7 @@ from pulsar_txn.connection import naming
 from pulsar_txn.deployments import SKIP_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import FOREIGN, PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
-from pulsar_txn.spark import configure_logging
+from pulsar_txn.spark.logs import configure_logging
 
 from .offsets import SegmentPartition, decode
 from .options import SourceOptions

@@ -30,7 +30,7 @@ from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.producer import ScalableProducer
-from pulsar_txn.spark import configure_logging
+from pulsar_txn.spark.logs import configure_logging
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_any, partition_for
 from pulsar_txn.transaction import Transaction

@@ -84,16 +84,19 @@ class SparkPipeline:
                      broker.service_url, "--metastore-url", redis_url, "--namespace",
                      namespace, "--max-records", "50", "--tag"]
         self.src, self.dst = src, dst
+        self.log = tmp / "spark-driver.log"  # every run's stderr: why a run gave up
         self.cluster = SparkCluster(tmp / "spark", workers=1).start()
         self.proc: subprocess.Popen | None = None
         self.runs = 0
 
     def start(self, trigger: str = "continuous") -> None:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        self.proc = subprocess.Popen(
-            [*self.argv, "--master", self.cluster.url, "--trigger", trigger], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True)
+        with open(self.log, "a") as err:
+            err.write(f"---- run {self.runs + 1} ({trigger})\n")
+            err.flush()
+            self.proc = subprocess.Popen(
+                [*self.argv, "--master", self.cluster.url, "--trigger", trigger], env=env,
+                stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
         self.runs += 1
 
     def alive(self) -> bool:
@@ -118,10 +121,16 @@ class SparkPipeline:
             out, _ = self.proc.communicate(timeout=600)
             if "PIPELINE-DONE" in out:
                 return
-        raise AssertionError("the Spark query never drained its source")
+        raise AssertionError("the Spark query never drained its source; its runs' "
+                             f"stderr: {self.log}\n" + self.log.read_text()[-3000:])
 
     def record(self, h: History, client) -> int:
-        """The output, mapped back onto the source, as one complete reader session."""
+        """The output, mapped back onto the source, as one complete reader session, in
+        the source's order. What that checks: every committed value exactly once, no
+        aborted, losing-writer, hostile or unknown value, all of a transaction or
+        none. Not open-read: when each row was read is not known (the session is
+        recorded at the end), so a row of a transaction read while it was OPEN that
+        later committed passes here (the source's own tests check that gate)."""
         from pulsar_txn.client import read_all
 
         values = []
@@ -248,7 +257,7 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
         # no restores with Spark in the run: its checkpoint lives outside the metastore,
         # so a restore of the metastore loses committed output by design (the price of a
         # lossy restore, docs/durability.md), which the checker would report
-        spark = SparkPipeline(broker, redis.url, namespace, topics[0],
+        spark = SparkPipeline(broker, cut_url, namespace, topics[0],
                               topic_name("hist-spark"), tmp_path)
         spark.start()
         print("history chaos: a Spark query (a standalone cluster) reads "

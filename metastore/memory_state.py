@@ -170,6 +170,8 @@ class Server:
         """Start again from a saved copy: a new server start on an earlier state."""
         state = copy.deepcopy(saved)
         with self.lock:
+            if self.disk is not None:  # the restored copy is what the disk holds now
+                self.disk = copy.deepcopy(saved)
             self.parts, self.claims = state["parts"], state["claims"]
             self.topics, self.topic_names = state["topics"], state["topic_names"]
             self.deployment, self.wire_format = state["deployment"], state["wire_format"]
@@ -181,6 +183,7 @@ class Server:
         """Every record deleted (an operator's reset of the namespace's keys)."""
         with self.lock:
             self.parts, self.claims, self.topics, self.topic_names = {}, {}, {}, set()
+            self.disk = None
 
     # ---- the disk (durability=waitaof) ----
     def fsync(self) -> bool:

@@ -321,10 +321,10 @@ class MemoryMetadataStore(MemoryFsync, MemoryNamespace, AckTables, Layouts):
                 return Collected.OPEN
             if not txn.materialized:
                 return Collected.UNMATERIALIZED
-            if not self.decision_on_disk(txn_id):  # a collected id reads as committed
-                return Collected.UNFSYNCED
             if txn.finalized > cutoff_ms:
                 return Collected.YOUNG
+            if not self.decision_on_disk(txn_id):  # a collected id reads as committed
+                return Collected.UNFSYNCED
             if txn.state is TxnState.COMMITTED and txn.open_acks > 0:
                 return Collected.ACKS_PENDING
             if txn.owner and part.owners.get(txn.owner) == seq:

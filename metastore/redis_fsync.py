@@ -106,8 +106,10 @@ class RedisFsync:
         except redis.ResponseError:
             return {}
         waited = res[-1]
-        if isinstance(waited, Exception) or int(waited[0]) < 1:
-            return {}  # not confirmed (a timeout, the AOF off): nothing is final yet
+        if isinstance(res[-2], Exception) or isinstance(waited, Exception) or int(waited[0]) < 1:
+            # not confirmed (a timeout, the AOF off), or the write failed (OOM, a slot
+            # moved): a WAITAOF after a failed write covers nothing of these headers
+            return {}
         out: dict[TxnId, TxnHeader | None] = {}
         for t, h in zip(ids, res):
             if isinstance(h, Exception):
@@ -130,29 +132,33 @@ class RedisFsync:
             except redis.RedisError:
                 return
 
-    def wait_fsynced(self, partitions: Sequence[int]) -> bool:
-        """Whether everything written so far to the nodes of these partitions is on
-        disk: per node, one counter write and WAITAOF on one connection (the AOF is
-        fsynced in order, so the confirmation covers every earlier write there)."""
-        by_node: dict[str, tuple[redis.Redis, str]] = {}
-        for p in partitions:
-            key = self.keys.fsync_mark(p)
+    def write_fsynced(self, writes: Sequence[tuple[str, tuple]]) -> bool:
+        """Run single-key writes ``(key, command)`` and return whether they are on disk:
+        per node, the node's writes and WAITAOF in one pipeline (one connection, so
+        the wait covers them), every reply checked (a failed write, e.g. OOM or a
+        moved slot, confirms nothing)."""
+        by_node: dict[str, tuple[redis.Redis, list[tuple]]] = {}
+        for key, command in writes:
             if self.cluster:
                 node = self.r.get_node_from_key(key)
-                by_node.setdefault(node.name, (node.redis_connection, key))
+                by_node.setdefault(node.name, (node.redis_connection, []))[1].append(command)
             else:
-                by_node.setdefault("", (self.r, key))
-        for conn, key in by_node.values():
+                by_node.setdefault("", (self.r, []))[1].append(command)
+        durable = True
+        for conn, commands in by_node.values():
             pipe = conn.pipeline(transaction=False)
-            pipe.incr(key)
+            for command in commands:
+                pipe.execute_command(*command)
             pipe.execute_command("WAITAOF", 1, 0, READER_WAITAOF_MS)
             try:
-                waited = pipe.execute(raise_on_error=False)[-1]
+                res = pipe.execute(raise_on_error=False)
             except redis.ResponseError:
                 return False
-            if isinstance(waited, Exception) or int(waited[0]) < 1:
-                return False
-        return True
+            if any(isinstance(r, Exception) for r in res[:-1]):
+                raise res[next(i for i, r in enumerate(res[:-1]) if isinstance(r, Exception))]
+            waited = res[-1]
+            durable = durable and not isinstance(waited, Exception) and int(waited[0]) >= 1
+        return durable
 
     def mark_fsynced_after_wait(self, conn: redis.Redis, header_key: str, state: str) -> None:
         """The committer's mark, on the connection whose WAITAOF confirmed the decision."""

@@ -142,6 +142,7 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
                               f"does not know ({', '.join(LAYOUTS)}): upgrade this process")
         return int(stored), layout, str(dep), check_wire_format(wire, ns)
 
+    @translate
     def set_wire_format(self, wire: int) -> None:
         """Switch the form of the namespace's appends: WIRE_ONE once every process
         that reads it is of a build that reads that form, WIRE_THREE back if one of an
@@ -150,18 +151,24 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
         the new form from its next registration on; runs registered before may still
         append the other form until their transaction ends (txns_writing_other_form).
         Kept stores see ``still_current()`` turn false and reopen. Under ``waitaof``
-        it returns once the switch is on disk (a host crash must not undo a switch the
-        operator was told happened), else raises MetastoreUnavailable."""
+        it returns once the switch is on disk on every node it wrote (a host crash must
+        not undo a switch the operator was told happened), else raises
+        MetastoreUnavailable."""
         wire = check_wire_format(wire, self.keys.ns)
-        pipe = self.r.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.set(self.keys.wire(p), wire)
-        pipe.execute()
-        self.r.hset(Keys(self.keys.ns, 1).config(), "wire", wire)
-        self.wire_format = wire
-        if self.durability == "waitaof" and not self.wait_fsynced(range(self.partitions)):
+        config = Keys(self.keys.ns, 1).config()
+        writes = [(self.keys.wire(p), ("SET", self.keys.wire(p), wire))
+                  for p in range(self.partitions)]
+        writes.append((config, ("HSET", config, "wire", wire)))
+        if self.durability != "waitaof":
+            pipe = self.r.pipeline(transaction=False)
+            for _, command in writes:
+                pipe.execute_command(*command)
+            pipe.execute()
+        elif not self.write_fsynced(writes):
+            self.wire_format = wire
             raise MetastoreUnavailable("the wire-format switch was written but not "
                                        "fsynced (WAITAOF); run the command again")
+        self.wire_format = wire
 
     @translate
     def txns_writing_other_form(self, wire: int) -> list[TxnId]:

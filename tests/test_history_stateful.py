@@ -138,7 +138,10 @@ class HistoryMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.misconfigured = 0  # clients opened with a wrong setting
         self.logs = LogLines()
-        logging.getLogger("pulsar_txn").addHandler(self.logs)
+        root = logging.getLogger("pulsar_txn")
+        self.log_level = root.level
+        root.setLevel(logging.DEBUG)  # every line, debug ones too, reaches the handler
+        root.addHandler(self.logs)
         self.epoch = 0
         self.start_epoch()
 
@@ -394,8 +397,12 @@ class HistoryMachine(RuleBasedStateMachine):
                                    lambda *a, **k: FakeClient(self.broker)):
                 client = PulsarTxnClient(service, metastore, sweeper=False)
                 client.new_transaction(TIMEOUT_MS)
-        except ConfigError as e:
-            self.h.fail(op, f"{type(e).__name__}: {e}")
+        except ConfigError as e:  # with its causes: a traceback shows them too
+            chain, cause = [], e
+            while cause is not None and len(chain) < 5:
+                chain.append(f"{type(cause).__name__}: {cause}")
+                cause = cause.__cause__ or cause.__context__
+            self.h.fail(op, " <- ".join(chain))
             return
         client.close()
         self.h.ok(op)
@@ -503,6 +510,7 @@ class HistoryMachine(RuleBasedStateMachine):
         finally:
             self.end_epoch()
             logging.getLogger("pulsar_txn").removeHandler(self.logs)
+            logging.getLogger("pulsar_txn").setLevel(self.log_level)
 
     # ---- an operator's reset of the metastore under running clients ----
     @rule()
@@ -554,6 +562,7 @@ class HistoryMachine(RuleBasedStateMachine):
         fresh.close()
         self.end_epoch()
         reset_named(name)
+        h.ok(h.invoke("clients", "log"), lines=list(self.logs.lines))
         self.logs.lines.clear()
         self.check_history(h)
         self.start_epoch()

@@ -85,6 +85,7 @@ class Planner:
         self._acked: dict[str, Pos] = {}
         self.coordinator = TransactionCoordinator(self.store, materialize_inline=True)
         self.buffer = TransactionBuffer(self.store)  # ended txns' writes hold no gate
+        self._scalable: ScalableTopics | None = None
 
     def last_entry(self, segment: str) -> tuple[int, int] | None:
         return self._probes.last(segment)
@@ -130,11 +131,18 @@ class Planner:
                       .startswith("topic://")}
         return tuple(sorted(n for n in names if pat.fullmatch(n)))
 
+    @property
+    def scalable(self) -> ScalableTopics:
+        """The planner's one scalable-topic admin (its errors, its seal completion)."""
+        if self._scalable is None:
+            self._scalable = ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
+                                            admin_auth=self._admin_auth())
+        return self._scalable
+
     def layout(self, topic: str):
         lay = read_layout(self.store, topic[len("topic://"):])
         if lay is None:  # the client's error: what the name is (a 5.0 native topic?)
-            return ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
-                                  admin_auth=self._admin_auth()).layout(topic)
+            return self.scalable.layout(topic)
         return lay
 
     def units(self, cur: dict[str, Pos]) -> list[Unit]:
@@ -168,9 +176,7 @@ class Planner:
             return
         self._completing[name] = now
         try:
-            ScalableTopics(self.store, self.pulsar, self.opts.admin_url,
-                           admin_auth=self._admin_auth()).complete_seals(
-                name, wait=False)
+            self.scalable.complete_seals(name, wait=False)
         except PulsarTxnError as e:
             log.warning("completing the seal of %s failed (retried): %s", name, e)
 
@@ -307,6 +313,8 @@ class Planner:
         return admin_auth(self.opts.auth_plugin, self.opts.auth_params, self.opts.client)
 
     def close(self) -> None:
+        if self._scalable is not None:
+            self._scalable.close()
         self._probes.close()  # before the client: it removes them
         wait_probe_cleanup(10.0)  # removals left to the background need the client
         self.pulsar.close()

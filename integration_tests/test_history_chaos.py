@@ -111,7 +111,16 @@ class SparkPipeline:
             self.proc.wait(30)
 
     def kill_executor(self) -> bool:
-        return self.cluster.kill_executor() is not None
+        """SIGKILL the query's executor JVM, once one runs (a driver just restarted
+        takes seconds to get its executor)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.cluster.kill_executor() is not None:
+                return True
+            if not self.alive():
+                return False
+            time.sleep(0.5)
+        return False
 
     def drain(self) -> None:
         """Stop the running query (a kill: its checkpoint decides) and read what is left."""

@@ -77,9 +77,27 @@ def _global_options(defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
+def _non_negative_int(text: str) -> int:
+    """A count of milliseconds: 0 or more (-1 would collect every finalized txn)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0 or more milliseconds)")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit 2 (``--help`` has the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="pulsar-txn", description=__doc__.splitlines()[0],
-                                 parents=[_global_options(True), _topic_options(True)])
+    ap = _Parser(prog="pulsar-txn", description=__doc__.splitlines()[0],
+                 parents=[_global_options(True), _topic_options(True)])
     ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     common = [_global_options(False)]
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -103,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("batch_id", type=int)
     sw = sub.add_parser("sweep", help="abort expired txns, finish cleanups, collect old "
                         "finalized ones", parents=common)
-    sw.add_argument("--retention-ms", type=int, default=DEFAULT_RETENTION_MS)
+    sw.add_argument("--retention-ms", type=_non_negative_int, default=DEFAULT_RETENTION_MS,
+                    help="collect transactions finalized longer ago than this (ms, >= 0; "
+                    "as the Spark option transaction.retention.ms)")
     wf = sub.add_parser("wire-format", help="the form of the properties transactional "
                         "appends carry in this namespace; --upgrade switches an earlier "
                         "build's namespace to the one-property form", parents=common)

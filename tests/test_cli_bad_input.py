@@ -67,3 +67,14 @@ def test_pulsar_flags_before_metrics_serve_are_kept():
     args = cli.build_parser().parse_args(["--metastore", "memory://", "--service-url", PULSAR,
                                           "metrics", "serve", "--port", "1"])
     assert args.service_url == PULSAR and args.port == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "abc"])
+def test_sweep_refuses_a_negative_retention_naming_the_flag(value):
+    """``sweep --retention-ms -1`` collected every finalized transaction without a word
+    (issue 30; the Spark option refuses -1): nothing is swept, exit 2, one line."""
+    done = _run("--metastore", "memory://", "sweep", "--retention-ms", value)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "--retention-ms" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stdout == ""

@@ -412,6 +412,10 @@ def _metrics_main(args) -> int:
     except PulsarTxnError as e:  # e.g. a namespace that does not exist: named, one line
         print(f"pulsar-txn: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the port is taken, or the address is not this host's
+        print(f"pulsar-txn: metrics serve cannot listen on {args.addr}:{args.port} "
+              f"(--addr, --port): {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"serving Prometheus metrics on http://{args.addr}:{args.port}/metrics "
           f"(namespace {args.namespace}); Ctrl-C stops", flush=True)
     try:

@@ -78,3 +78,21 @@ def test_sweep_refuses_a_negative_retention_naming_the_flag(value):
     assert "--retention-ms" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stdout == ""
+
+
+def test_metrics_serve_on_a_taken_port_names_it_in_one_line():
+    """It printed a traceback (issue 30)."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    try:
+        done = _run("--metastore", "memory://", "metrics", "serve", "--port", port,
+                    "--addr", "127.0.0.1")
+    finally:
+        taken.close()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "--port" in done.stderr and port in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -517,3 +517,20 @@ def test_a_secret_in_an_error_or_a_log_line_is_flagged():
     assert kinds(h) == []
     h.ok(h.invoke("clients", "log"), lines=["opening redis://u:hunter2@h/0"])
     only(h, "secret-shown")
+
+
+def test_a_process_acting_after_a_reset_of_the_metastore_is_flagged():
+    """crossed-reset: after the reset, a process that ran before it commits and reads a
+    transactional value; its refused begin and a plain ack of a plain message pass."""
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    h.note("operator", "fault", what="reset", reset=True, before=["p1", "c"])
+    h.fail(h.invoke("p1", "begin"), "DeploymentChanged")
+    h.ack("i1")  # plain: no metastore's business
+    assert kinds(h) == [], explain(check(h))
+    h.send("n1", txn="N", pos=P(0), process="new")
+    h.commit("N", process="new")
+    h.commit("T-old")  # p1's transaction of the old deployment
+    h.read("s", [(P(0), "n1")], process="p1")
+    found = check(h)
+    assert [a.kind for a in found] == ["crossed-reset", "crossed-reset"], explain(found)

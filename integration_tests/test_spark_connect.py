@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+# slow: a Connect server's start costs ~30 s per broker, and the default run was at 24 of
+# its 25 minutes; .ci/run's slow stage runs it on the reference broker
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).parent / "spark_jobs" / "connect_job.py"
 

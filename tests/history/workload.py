@@ -260,33 +260,28 @@ class Process:
     def ack(self, txn: str | None, i: int = 0, again: bool = False) -> bool:
         """Ack a held message (``again``: one already acked under a transaction);
         whether the ack was accepted."""
-        m = (self.txn_acked if again else self.held).pop(i % len(self.txn_acked if again
-                                                                 else self.held))
-        c = self.consumer
-        op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
-                           value=m.value.decode(), txn=txn, session=self.session)
-        try:
-            c.acknowledge(m, txn=self.txns[txn] if txn else None)
-        except (AckConflict, *REFUSED) as e:
-            self.h.fail(op, f"{type(e).__name__}: {e}")
-            return False
-        except self.uncertain as e:
-            self.h.unknown(op, f"{type(e).__name__}: {e}")
-            return False
-        self.h.ok(op)
-        if txn:
-            self.txn_acked.append(m)
-        return True
+        pool = self.txn_acked if again else self.held
+        m = pool.pop(i % len(pool))
+        return self._acked(m, txn, False)
 
     def ack_cumulative(self, txn: str | None, i: int = 0) -> bool:
         """A cumulative ack up to a held message; whether it was accepted."""
         m = self.held[i % len(self.held)]
+        if not self._acked(m, txn, True):
+            return False
+        self.held.remove(m)
+        return True
+
+    def _acked(self, m, txn: str | None, cumulative: bool) -> bool:
+        """One ack of ``m``, recorded: accepted, refused (a conflict, a cumulative ack
+        on Shared, a txn that is not open) or unknown."""
         c = self.consumer
+        extra = {"cumulative": True} if cumulative else {}
         op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
-                           value=m.value.decode(), txn=txn, session=self.session,
-                           cumulative=True)
+                           value=m.value.decode(), txn=txn, session=self.session, **extra)
+        ack = c.acknowledge_cumulative if cumulative else c.acknowledge
         try:
-            c.acknowledge_cumulative(m, txn=self.txns[txn] if txn else None)
+            ack(m, txn=self.txns[txn] if txn else None)
         except (AckNotAllowed, AckConflict, *REFUSED) as e:
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return False
@@ -294,7 +289,6 @@ class Process:
             self.h.unknown(op, f"{type(e).__name__}: {e}")
             return False
         self.h.ok(op)
-        self.held.remove(m)
         if txn:
             self.txn_acked.append(m)
         return True

@@ -157,6 +157,11 @@ def authentication(plugin: str | None, params: str | None):
                       "token, tls, oauth2 or their Java class names")
 
 
+def is_supported_auth(plugin: str) -> bool:
+    """Whether ``authentication`` can build this plugin (checked when options are parsed)."""
+    return plugin.strip().lower() in (*_TOKEN, *_TLS, *_OAUTH2)
+
+
 def bearer_token(plugin: str | None, params: str | None) -> str | None:
     """The token for the broker's REST admin API (token authentication only)."""
     if plugin and plugin.strip().lower() in _TOKEN:

@@ -43,7 +43,8 @@ def run_job(broker, redis_server, namespace, topic, inputs, ckpt, fault="", time
     for k, v in kw.items():
         flag = "--" + k.replace("_", "-")
         args += [flag] if v is True else [flag, str(v)]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PULSAR_TXN_LOG_LEVEL": "DEBUG"}  # the per-batch lines the tests read
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
 
 

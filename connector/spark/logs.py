@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 
 def configure_logging() -> None:
@@ -17,4 +18,13 @@ def configure_logging() -> None:
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
-        log.setLevel(logging.INFO)
+        log.setLevel(level())
+
+
+def level() -> int:
+    """``PULSAR_TXN_LOG_LEVEL`` (``DEBUG`` shows a line per batch and per trigger;
+    default ``INFO``: warnings and rare events only). Spark passes the driver's
+    environment to its Python workers; executors take ``spark.executorEnv.*``."""
+    name = os.environ.get("PULSAR_TXN_LOG_LEVEL", "INFO").strip().upper()
+    value = logging.getLevelName(name)
+    return value if isinstance(value, int) else logging.INFO

@@ -16,9 +16,24 @@ from urllib.parse import unquote, urlparse
 import pulsar
 
 from pulsar_txn.admin import check_admin_url
-from pulsar_txn.connection import authentication, check_service_url, quiet_logger
+from pulsar_txn.connection import (
+    authentication,
+    check_service_url,
+    is_supported_auth,
+    quiet_logger,
+)
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore.redis_url import redact_url
+from pulsar_txn.spark.option_values import (
+    FOREIGN_LOWER,
+    JAVA_CLIENT_NAMES,
+    bool_option,
+    did_you_mean,
+    duration_ms,
+    int_option,
+    shown,
+    typed_value,
+)
 from pulsar_txn.topics import is_scalable, normalize_any, normalize_scalable, normalize_topic
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
@@ -37,26 +52,8 @@ SOURCE = COMMON | {"transaction.retention.ms",
 # Authentication, as pulsar-spark names it (values are secrets: never shown).
 AUTH_PLUGIN, AUTH_PARAMS = "pulsar.client.authpluginclassname", "pulsar.client.authparams"
 
-# TLS settings under the Java client's names (pulsar-spark's users know these),
-# accepted next to pulsar-client's own (``pulsar.client.tls_trust_certs_file_path``).
-JAVA_CLIENT_NAMES = {
-    "tlsTrustCertsFilePath": "tls_trust_certs_file_path",
-    "tlsAllowInsecureConnection": "tls_allow_insecure_connection",
-    "tlsHostnameVerificationEnable": "tls_validate_hostname",
-    "useTls": "use_tls",
-    "tlsCertificateFilePath": "tls_certificate_file_path",
-    "tlsKeyFilePath": "tls_private_key_file_path",
-}
 _JAVA_ALIASES = {k.lower(): v for k, v in JAVA_CLIENT_NAMES.items()}
 
-# Spark lower-cases option keys; errors name them as the docs spell them.
-DOCUMENTED = {n.lower(): n for n in (
-    *(f"pulsar.client.{k}" for k in JAVA_CLIENT_NAMES),
-    "pulsar.client.authPluginClassName", "pulsar.client.authParams",
-    "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
-    "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
-    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation",
-    "read.foreignDeployments")}
 
 
 def client_kwargs(opts) -> dict:
@@ -67,11 +64,6 @@ def client_kwargs(opts) -> dict:
     if auth is not None:
         kw["authentication"] = auth
     return kw
-
-
-def shown(key: str) -> str:
-    """An option key as documented (``startingoffsets`` → ``startingOffsets``)."""
-    return DOCUMENTED.get(key, key)
 
 
 def query_id_of_checkpoint(location: str) -> str:
@@ -107,40 +99,6 @@ def default_sink_id(query_id: str) -> str:
     return f"query-{query_id}"
 
 
-def _int(opts: dict[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
-    raw = opts.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"option {shown(key)!r} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"option {shown(key)!r} must be >= {minimum}, got {value}")
-    return value
-
-
-def _bool(opts: dict[str, str], key: str, default: bool) -> bool:
-    raw = opts.get(key)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() not in ("true", "false"):
-        raise ConfigError(f"option {shown(key)!r} must be true or false, got {raw!r}")
-    return raw.lower() == "true"
-
-
-def _coerce(value: str):
-    low = value.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
 def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
     """``pulsar.producer.batching_max_messages=500`` → ``{"batching_max_messages": 500}``.
 
@@ -162,17 +120,10 @@ def _passthrough(opts: dict[str, str], prefix: str, target) -> dict:
                                   f"'{prefix}{name}')")
             if name not in params:
                 raise ConfigError(
-                    f"option {shown(key)!r}: {name!r} is not a pulsar-client setting; "
+                    f"option {shown(key)!r}: {name!r} is not a pulsar-client setting"
+                    f"{did_you_mean(key, {prefix + p for p in params})}; "
                     f"known: {', '.join(sorted(params))}")
-            members = getattr(type(sig[name].default), "__members__", None)
-            if members:
-                by_name = {m.lower(): v for m, v in members.items()}
-                if value.lower() not in by_name:
-                    raise ConfigError(f"option {shown(key)!r} must be one of {', '.join(members)}, "
-                                      f"got {value!r}")
-                out[name] = by_name[value.lower()]
-            else:
-                out[name] = _coerce(value)
+            out[name] = typed_value(key, value, sig[name].default)
     return out
 
 
@@ -188,10 +139,13 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
     """Lower-case the options, refuse unknown ones, validate the two endpoints."""
     opts = _lower(options)
     unknown = [k for k in opts if k not in known and not k.startswith(prefixes)]
+    unknown += [k for k in opts if k.startswith("pulsar.client.") and k in FOREIGN_LOWER]
     if unknown:
-        raise ConfigError(f"unknown option(s) for the pulsar-txn {role}: {', '.join(unknown)}; "
+        named = ", ".join(f"{shown(k)!r}{did_you_mean(k, known)}" for k in unknown)
+        raise ConfigError(f"unknown option(s) for the pulsar-txn {role}: {named}; "
                           f"known: {', '.join(sorted(shown(k) for k in known))}, "
                           f"{', '.join(p + '*' for p in prefixes)}")
+    _check_auth(opts)
     service = check_service_url(_required(opts, "service.url"))
     metastore = _required(opts, "metastore.url")
     if not metastore.startswith(("redis://", "rediss://", "unix://", "redis+cluster://",
@@ -199,6 +153,18 @@ def _checked(options, role: str, known: set[str], prefixes: tuple[str, ...]
         raise ConfigError(f"option 'metastore.url' must be redis://, rediss://, unix:// or "
                           f"redis+cluster:// (rediss+cluster://), got {redact_url(metastore)!r}")
     return opts, service, metastore
+
+
+def _check_auth(opts: dict[str, str]) -> None:
+    """Authentication options checked when parsed (names only: the values are secrets)."""
+    plugin, params = opts.get(AUTH_PLUGIN), opts.get(AUTH_PARAMS)
+    if params and not plugin:
+        raise ConfigError(f"option {shown(AUTH_PARAMS)!r} is set but "
+                          f"{shown(AUTH_PLUGIN)!r} is not; set both (the plugin: token, tls, "
+                          "oauth2 or their Java class names)")
+    if plugin and not is_supported_auth(plugin):
+        raise ConfigError(f"option {shown(AUTH_PLUGIN)!r} names an unsupported plugin; "
+                          "supported: token, tls, oauth2 or their Java class names")
 
 
 def _lower(options) -> dict[str, str]:
@@ -239,15 +205,15 @@ class SinkOptions:
             service_url=service, metastore_url=metastore,
             namespace=opts.get("metastore.namespace") or "ptxn",
             topic=topic,
-            timeout_ms=_int(opts, "transaction.timeout.ms", 60_000, minimum=1),
+            timeout_ms=int_option(opts, "transaction.timeout.ms", 60_000, minimum=1),
             sink_id=sink_id,
             producer=_passthrough(opts, "pulsar.producer.", pulsar.Client.create_producer),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             fault=opts.get("sink.fault", ""),
-            rebind=_bool(opts, "sink.id.rebind", False),
-            retention_ms=_int(opts, "transaction.retention.ms", 3_600_000),
-            transactional=_bool(opts, "transactional", True),
+            rebind=bool_option(opts, "sink.id.rebind", False),
+            retention_ms=int_option(opts, "transaction.retention.ms", 3_600_000),
+            transactional=bool_option(opts, "transactional", True),
         )
 
 
@@ -283,20 +249,6 @@ def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, 
 def _default(value: int | None, default: int) -> int:
     """``0`` is a value, not "unset"."""
     return default if value is None else value
-
-
-def _duration_ms(opts: dict[str, str], key: str) -> int | None:
-    raw = opts.get(key)
-    if raw is None or raw == "":
-        return None
-    units = {"ms": 1, "s": 1000, "m": 60_000}
-    for suffix in ("ms", "s", "m"):
-        if raw.endswith(suffix) and raw[: -len(suffix)].strip().isdigit():
-            return int(raw[: -len(suffix)]) * units[suffix]
-    if raw.isdigit():
-        return int(raw)
-    raise ConfigError(f"option {shown(key)!r} must be a duration like '500ms', '5s' or '1m', "
-                      f"got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -363,7 +315,7 @@ class SourceOptions:
                               "(letters, digits, '_', '-', '.') and applies to streaming "
                               f"queries only, got {subscription!r}")
         starting = _offsets(opts, "startingoffsets") or ("earliest" if batch else "latest")
-        ts = _int(opts, "startingtimestamp", None)
+        ts = int_option(opts, "startingtimestamp", None)
         if ts is not None and opts.get("startingoffsets"):
             raise ConfigError("set only one of the options 'startingOffsets' and "
                               "'startingTimestamp'")
@@ -378,22 +330,26 @@ class SourceOptions:
             if pattern is None and not any(t.startswith("topic://") for t in topics) and unread:
                 raise ConfigError(f"option {shown(key)!r} names topics that are not read: "
                                   f"{sorted(unread)}")
+        max_records = int_option(opts, "maxrecordspertrigger", None, minimum=1)
+        min_records = int_option(opts, "minrecordspertrigger", None, minimum=1)
+        if None not in (max_records, min_records) and min_records > max_records:
+            raise ConfigError(f"option 'minRecordsPerTrigger' ({min_records}) is above "
+                              f"'maxRecordsPerTrigger' ({max_records}): no batch could hold it")
         return cls(
             service_url=service, metastore_url=metastore,
             namespace=opts.get("metastore.namespace") or "ptxn", topics=topics,
-            retention_ms=_int(opts, "transaction.retention.ms", 3_600_000),
+            retention_ms=int_option(opts, "transaction.retention.ms", 3_600_000),
             starting=starting, ending=ending,
-            max_records=_int(opts, "maxrecordspertrigger", None, minimum=1),
-            min_records=_int(opts, "minrecordspertrigger", None, minimum=1),
-            max_trigger_delay_ms=_default(_duration_ms(opts, "maxtriggerdelay"), 15 * 60_000),
+            max_records=max_records, min_records=min_records,
+            max_trigger_delay_ms=_default(duration_ms(opts, "maxtriggerdelay"), 15 * 60_000),
             starting_timestamp_ms=ts,
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
-            data_timeout_ms=_int(opts, "datatimeoutms", 30_000, minimum=100),
-            min_partitions=_int(opts, "minpartitions", None, minimum=1),
+            fail_on_data_loss=bool_option(opts, "failondataloss", True),
+            data_timeout_ms=int_option(opts, "datatimeoutms", 30_000, minimum=100),
+            min_partitions=int_option(opts, "minpartitions", None, minimum=1),
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             reader=_passthrough(opts, "pulsar.reader.", _reader_settings),
-            max_bytes=_int(opts, "maxbytespertrigger", None, minimum=1),
+            max_bytes=int_option(opts, "maxbytespertrigger", None, minimum=1),
             pattern=pattern, subscription=subscription,
             admin_url=check_admin_url(opts.get("admin.url"), "option 'admin.url'"),
             skip_foreign=_foreign_deployments(opts),

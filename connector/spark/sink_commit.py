@@ -91,7 +91,7 @@ class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
         if not txns:  # every task saw the batch as committed: a replay
             for t in {m.txn_id for m in msgs if m.txn_id}:  # repeat the end: idempotent
                 coord.commit(TxnId.parse(t), sink=sink)
-            log.info("pulsar-txn sink %s batch %d: already committed, nothing new",
+            log.debug("pulsar-txn sink %s batch %d: already committed, nothing new",
                      sink_id, batch_id)
             return
         if len(txns) != 1 or any(m.already_committed for m in msgs):
@@ -113,7 +113,7 @@ class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
         # txn past its deadline): the deployment's background work, which a
         # Spark-only deployment has no other process for
         coord.sweep_if_due(self.opts.retention_ms)
-        log.info("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
+        log.debug("pulsar-txn sink %s batch %d: committed %s, %d rows from %d writers on %d "
                  "segments", sink_id, batch_id, txn_id, sum(m.rows for m in msgs),
                  len(winners), len(segments))
 

@@ -156,30 +156,11 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_records
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes
         if max_rows is not None or max_bytes is not None:
-            rows, size = max_rows or 2**62, max_bytes
-            for u in units:
-                s = cur.get(u.segment, BEFORE)
-                if ends[u.segment] <= s:
-                    continue
-                if rows <= 0 or (size is not None and size <= 0):
-                    ends[u.segment] = s
-                    continue
-                ends[u.segment], n, nbytes = self.planner.count_until(
-                    u.segment, s, ends[u.segment], rows, size)
-                rows -= n
-                if size is not None:
-                    size -= nbytes
-        elif isinstance(limit, ReadMinRows):
-            available = sum(self.planner.count_until(u.segment, cur.get(u.segment, BEFORE),
-                                                     ends[u.segment], limit.min_rows)[1]
-                            for u in units if ends[u.segment] > cur.get(u.segment, BEFORE))
-            now = time.monotonic()
-            if available < limit.min_rows:
-                self._waiting_since = self._waiting_since or now
-                if now - self._waiting_since < self.opts.max_trigger_delay_ms / 1000:
-                    ends = dict(cur)
-            if ends != cur:
-                self._waiting_since = None
+            self._cap(units, cur, ends, max_rows, max_bytes)
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_records
+        if min_rows is not None and self._target is None and self._too_few(units, cur, ends,
+                                                                           min_rows):
+            ends = dict(cur)
         if self.opts.subscription:
             for u in units:
                 self.planner.subscription_consumer(u.segment)
@@ -190,6 +171,42 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self.planner.advance_subscription(cur)
         self._metrics(latest, behind, holding, len(units))
         return to_offset(ends)
+
+    def _cap(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
+             max_rows: int | None, max_bytes: int | None) -> None:
+        """Move ends back so the batch holds at most ``max_rows`` messages and about
+        ``max_bytes`` payload bytes (at least one message: progress)."""
+        rows, size = max_rows or 2**62, max_bytes
+        for u in units:
+            s = cur.get(u.segment, BEFORE)
+            if ends[u.segment] <= s:
+                continue
+            if rows <= 0 or (size is not None and size <= 0):
+                ends[u.segment] = s
+                continue
+            ends[u.segment], n, nbytes = self.planner.count_until(
+                u.segment, s, ends[u.segment], rows, size)
+            rows -= n
+            if size is not None:
+                size -= nbytes
+
+    def _too_few(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
+                 min_rows: int) -> bool:
+        """``minRecordsPerTrigger``: fewer than ``min_rows`` messages planned, and the
+        first such trigger was less than ``maxTriggerDelay`` ago (Kafka's min + max:
+        the max has already capped ``ends``; ``Trigger.AvailableNow`` never waits)."""
+        available = sum(self.planner.count_until(u.segment, cur.get(u.segment, BEFORE),
+                                                 ends[u.segment], min_rows)[1]
+                        for u in units if ends[u.segment] > cur.get(u.segment, BEFORE))
+        now = time.monotonic()
+        if available >= min_rows:
+            self._waiting_since = None
+            return False
+        self._waiting_since = self._waiting_since or now
+        if available == 0 or now - self._waiting_since < self.opts.max_trigger_delay_ms / 1000:
+            return available > 0  # nothing planned: no batch either way, the clock runs on
+        self._waiting_since = None
+        return False
 
     def _metrics(self, latest: dict, behind: int, holding: int, segments: int) -> None:
         """Progress: shown as the source's latestOffset in each query progress.
@@ -203,7 +220,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         state = (behind, holding, segments)
         if state != self._logged:
             self._logged = state
-            log.info("pulsar-txn source: %d entries behind latest on %d segments; %d open "
+            log.debug("pulsar-txn source: %d entries behind latest on %d segments; %d open "
                      "transactions hold the gate", behind, segments, holding)
         if foreign != self._foreign_logged:
             self._foreign_logged = foreign

@@ -255,3 +255,18 @@ def test_source_progress_reports_backlog_and_open_txns_holding_the_gate(
             assert sum(len(v) for v in got.values()) == 10
     finally:
         q.stop()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_bad_source_option_fails_load_with_our_error_as_the_last_line(spark, stream):
+    """Checked in the data source's schema(): a streaming query's option error ended
+    under pyspark's own ``UnboundLocalError`` when it came from the stream reader."""
+    r = (spark.readStream if stream else spark.read).format("pulsar-txn")
+    r = (r.option("service.url", "pulsar://127.0.0.1:1").option("metastore.url",
+         "redis://:s3cr3t@127.0.0.1:1").option("topic", "t").option("maxTriggerDelay", "soon"))
+    with pytest.raises(Exception) as err:
+        r.load()
+    text = str(err.value)
+    last = [ln for ln in text.splitlines() if ln.strip() and "SQLSTATE" not in ln][-1]
+    assert "'maxTriggerDelay'" in last and "UnboundLocalError" not in text, text[-2000:]
+    assert "s3cr3t" not in text

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSource
 
+from pulsar_txn.errors import ConfigError
 from pulsar_txn.spark.logs import configure_logging
+from pulsar_txn.spark.options import SourceOptions
 
 from .partition_reader import SCHEMA
 from .sink_commit import PulsarTxnBatchWriter, PulsarTxnStreamWriter
@@ -162,7 +164,7 @@ class PulsarTxnDataSource(DataSource):
         returned. ``fail`` stops the query at the first one, before its offsets pass
         it, naming the deployment ids seen; ``skip`` passes them over (e.g. after a
         deliberate reset), counted in the progress (``foreignEntriesSkipped``) and the
-        metric ``pulsar_txn_foreign_entries_skipped_total``. A namespace that does not exist
+        metric ``ptxn_foreign_entries_skipped_total``. A namespace that does not exist
         always fails the query: a source never creates one.
     failOnDataLoss : ``true``
         A planned range whose entries are gone (deleted topic or ledgers) fails the
@@ -200,6 +202,15 @@ class PulsarTxnDataSource(DataSource):
         return "pulsar-txn"
 
     def schema(self) -> str:
+        # Spark asks for the schema when a read is defined (load()), before any reader
+        # exists: a bad option fails there as the error's last line, naming it. From a
+        # streamReader constructor it would end under pyspark's own runner error.
+        # Whether this is a batch or a streaming read is not known yet: an option only
+        # one of them refuses (endingOffsets, subscription) fails when the reader is made.
+        try:
+            SourceOptions.from_options(self.options)
+        except ConfigError:
+            SourceOptions.from_options(self.options, batch=True)
         return SCHEMA
 
     def streamReader(self, schema):

@@ -337,11 +337,11 @@ def test_metrics_serve_probes_a_secured_broker_for_the_gate_lag(secured, redis_s
             for _ in range(20):  # the first scrape may race the client's connect
                 body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
                                               timeout=30).read().decode()
-                if "pulsar_txn_segment_gate_lag_entries{" in body:
+                if "ptxn_segment_gate_lag_entries{" in body:
                     break
                 time.sleep(0.5)
             lag = [line for line in body.splitlines()
-                   if line.startswith("pulsar_txn_segment_gate_lag_entries{")]
+                   if line.startswith("ptxn_segment_gate_lag_entries{")]
             assert lag and float(lag[0].rsplit(" ", 1)[1]) >= 1, body[-1500:]
             assert token not in body
         finally:

@@ -35,7 +35,7 @@ def test_metrics_count_commits_aborts_timeouts_and_show_what_holds_readers(
     server, _ = serve(redis_server.url, namespace, port, addr="127.0.0.1", client=probe)
     try:
         base = _scrape(port)
-        assert base["pulsar_txn_created_total"] == 0
+        assert base["ptxn_transactions_created_total"] == 0
         t = topic_name()
         p = client.create_producer(t)
         for _ in range(3):
@@ -65,23 +65,23 @@ def test_metrics_count_commits_aborts_timeouts_and_show_what_holds_readers(
         assert client.coordinator.sweep_timeouts() == [expired.id]
         client.coordinator.sweep_materialize()
         m = _scrape(port)
-        assert m["pulsar_txn_created_total"] == 3 + 2 + 1 + 1 + 1 + 1
-        assert m["pulsar_txn_committed_total"] == 3 + 1  # the repeated commit not twice
-        assert m["pulsar_txn_aborted_total"] == 2 + 1 + 1
-        assert m["pulsar_txn_timeout_total"] == 1 + 1
-        assert m["pulsar_txn_active_count"] == 1
-        assert m["pulsar_txn_oldest_open_age_seconds"] > 0
-        assert m["pulsar_txn_metadata_store_unmaterialized"] == 0
-        assert m["pulsar_txn_metadata_store_gc_backlog"] == 3 + 2 + 1 + 1 + 1
+        assert m["ptxn_transactions_created_total"] == 3 + 2 + 1 + 1 + 1 + 1
+        assert m["ptxn_transactions_committed_total"] == 3 + 1  # the repeated commit not twice
+        assert m["ptxn_transactions_aborted_total"] == 2 + 1 + 1
+        assert m["ptxn_transactions_timed_out_total"] == 1 + 1
+        assert m["ptxn_transactions_open"] == 1
+        assert m["ptxn_oldest_open_transaction_age_seconds"] > 0
+        assert m["ptxn_transactions_unmaterialized"] == 0
+        assert m["ptxn_transactions_gc_backlog"] == 3 + 2 + 1 + 1 + 1
         seg = f'segment="{p.segment}"'
-        assert m[f"pulsar_txn_segment_open_writes{{{seg}}}"] == 1
-        assert m[f"pulsar_txn_segment_gate_lag_entries{{{seg}}}"] == 3  # held, after-1, -2
-        assert m['pulsar_txn_sink_last_committed_batch{sink_id="query-m"}'] == 7
+        assert m[f"ptxn_segment_open_writes{{{seg}}}"] == 1
+        assert m[f"ptxn_segment_gate_lag_entries{{{seg}}}"] == 3  # held, after-1, -2
+        assert m['ptxn_sink_last_committed_batch{sink_id="query-m"}'] == 7
         held.commit()
         client.coordinator.sweep_materialize()
         m = _scrape(port)
-        assert m["pulsar_txn_active_count"] == 0
-        assert f"pulsar_txn_segment_open_writes{{{seg}}}" not in m
+        assert m["ptxn_transactions_open"] == 0
+        assert f"ptxn_segment_open_writes{{{seg}}}" not in m
     finally:
         server.shutdown()
         probe.close()
@@ -99,7 +99,7 @@ def test_metrics_serve_cli_answers_a_scrape(make_client, redis_server, namespace
                             stdout=subprocess.PIPE, text=True)
     try:
         assert "serving Prometheus metrics" in proc.stdout.readline()
-        assert _scrape(port)["pulsar_txn_committed_total"] == 1
+        assert _scrape(port)["ptxn_transactions_committed_total"] == 1
     finally:
         proc.terminate()
         proc.wait(10)

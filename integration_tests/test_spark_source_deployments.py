@@ -96,7 +96,7 @@ def test_read_foreign_deployments_skip_passes_them_and_reports_the_count(
     from pulsar_txn.metrics import StoreCollector
 
     (metric,) = [m for m in StoreCollector(make_client(namespace=other).store).collect()
-                 if m.name == "pulsar_txn_foreign_entries_skipped"]
+                 if m.name == "ptxn_foreign_entries_skipped"]
     assert metric.samples[0].value == 4
 
 

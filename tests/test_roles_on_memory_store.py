@@ -746,7 +746,7 @@ def test_the_acks_pending_metric_counts_unsettled_committed_txns(coord, store):
 
     def gauge():
         return next(m for m in StoreCollector(store).collect()
-                    if m.name == "pulsar_txn_acks_pending").samples[0].value
+                    if m.name == "ptxn_transactions_acks_pending").samples[0].value
     assert gauge() == 1
     settle_committed_acks(store, t)
     assert gauge() == 0

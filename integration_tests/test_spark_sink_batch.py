@@ -38,10 +38,27 @@ def test_batch_write_is_one_transaction_across_topics(spark, client, broker, red
     assert opened == []  # the job's transaction ended
 
 
-def test_sink_rejects_unknown_column_naming_it(spark, broker, redis_server, namespace):
-    df = spark.createDataFrame([("x", 1)], "value string, partition int")
-    with pytest.raises(Exception, match="column 'partition' is not accepted"):
-        _writer(df, broker, redis_server, namespace, topic="t").mode("append").save()
+def test_the_sources_output_is_written_back_without_a_select(
+        spark, client, broker, redis_server, namespace, topic_name):
+    """Columns the sink does not use are ignored, as Kafka's sink does: a read's rows
+    (segment, messageId, publishTime, txnId …) go straight to another topic; the
+    ``topic`` option wins over the rows' ``topic`` column."""
+    src, dst = topic_name("wb-src"), topic_name("wb-dst")
+    rows = [(f"k{i}", f"v{i}".encode(), {"n": str(i)}) for i in range(20)]
+    _writer(spark.createDataFrame(rows, "key string, value binary, properties "
+                                        "map<string,string>"),
+            broker, redis_server, namespace, topic=src).mode("append").save()
+    read = (spark.read.format("pulsar-txn").option("service.url", broker.service_url)
+            .option("metastore.url", redis_server.url).option("metastore.namespace", namespace)
+            .option("topic", src).load())
+    assert {"segment", "messageId", "txnId", "publishTime"} <= set(read.columns)
+    _writer(read, broker, redis_server, namespace, topic=dst).mode("append").save()
+    from pulsar_txn.client import read_all
+
+    got = list(read_all(client.create_reader(dst), 1500))
+    assert sorted((m.key, m.value, m.properties.get("n")) for m in got) == sorted(
+        (k, v, p["n"]) for k, v, p in rows)
+    assert len(list(read_all(client.create_reader(src), 1500))) == 20  # none routed back
 
 
 def test_sink_rejects_wrong_type_and_missing_value(spark, broker, redis_server, namespace):

@@ -48,14 +48,14 @@ ACCEPTED = {"value": ("binary", "string"), "key": ("string", "binary"),
 
 
 def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
-    """Map each accepted role to the input column; any other column or type is an error."""
+    """Map each accepted role to the input column; a used column of another type is an
+    error. Columns the sink does not use are ignored, as Kafka's sink does, so a
+    source's output (segment, messageId, txnId …) is written back without a select."""
     roles: dict[str, str] = {}
     for f in schema.fields:
         role = f.name.lower()
         if role not in ACCEPTED:
-            raise ConfigError(
-                f"column {f.name!r} is not accepted by the pulsar-txn sink; accepted columns: "
-                f"value (binary|string, required), key, properties, eventTime, topic")
+            continue
         type_name = f.dataType.simpleString()
         if type_name not in ACCEPTED[role]:
             raise ConfigError(f"column {f.name!r} has type {type_name}; the pulsar-txn sink "

@@ -188,7 +188,7 @@ class Consumer(GatedStream):
         return False
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
-        k = _key(message.message_id)
+        k = _key(message.native_id)
         if txn is None:
             if self._claims_seen or k in self._held_elsewhere:
                 try:
@@ -196,9 +196,9 @@ class Consumer(GatedStream):
                 except AckConflict as conflict:
                     if conflict.committed:  # consumed already: this copy leaves the cursor
                         self._native.acknowledge(self._handed.pop(k, None)
-                                                 or message.message_id)
+                                                 or message.native_id)
                     raise
-            self._native.acknowledge(self._handed.pop(k, None) or message.message_id)
+            self._native.acknowledge(self._handed.pop(k, None) or message.native_id)
             if self._held_elsewhere:
                 self._held_elsewhere.discard(k)
         else:

@@ -1,8 +1,64 @@
-"""A message as READ_COMMITTED readers return it."""
+"""A message as READ_COMMITTED readers return it.
+
+It reads like pulsar-client's ``Message`` (``value()``, ``data()``, ``partition_key()``,
+``properties()``, ``message_id()`` …), and the attributes it had before those methods
+(``m.value``, ``m.properties``, ``m.message_id``) keep working: each returns a value
+that is also callable, returning itself (or the native id), as the method would.
+"""
 
 from __future__ import annotations
 
 from pulsar_txn.records import PROTOCOL_PREFIX, Position
+
+
+class Value(bytes):
+    """The payload: ``bytes``, and callable like pulsar-client's ``Message.value()``."""
+
+    __slots__ = ()
+
+    def __call__(self) -> bytes:
+        return self
+
+
+class Properties(dict):
+    """The user properties: a ``dict``, and callable like ``Message.properties()``."""
+
+    def __call__(self) -> dict[str, str]:
+        return self
+
+
+class MessageIdRef:
+    """The broker's message id, read like pulsar-client's (``ledger_id()``, ``entry_id()``,
+    ``serialize()`` …). Calling it returns the native ``MessageId`` that pulsar-client's
+    own calls take (``Consumer.acknowledge``, ``Reader.seek``): never one rebuilt from
+    numbers, which would acknowledge a batched entry whole."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native) -> None:
+        self._native = native
+
+    def __call__(self):
+        return self._native
+
+    def __getattr__(self, name: str):
+        return getattr(self._native, name)
+
+    def __eq__(self, other) -> bool:
+        return self._native == (other() if isinstance(other, MessageIdRef) else other)
+
+    def __lt__(self, other) -> bool:
+        return self._native < (other() if isinstance(other, MessageIdRef) else other)
+
+    def __hash__(self) -> int:
+        return hash((self._native.ledger_id(), self._native.entry_id(),
+                     self._native.batch_index()))
+
+    def __str__(self) -> str:
+        return str(self._native)
+
+    def __repr__(self) -> str:
+        return repr(self._native)
 
 
 class TxnMessage:
@@ -17,8 +73,8 @@ class TxnMessage:
         self.txn_id = txn_id
 
     @property
-    def value(self) -> bytes:
-        return self._raw.data()
+    def value(self) -> Value:
+        return Value(self._raw.data())
 
     def data(self) -> bytes:
         return self._raw.data()
@@ -27,18 +83,42 @@ class TxnMessage:
     def key(self) -> str | None:
         return self._raw.partition_key() or None
 
+    def partition_key(self) -> str:
+        """As pulsar-client: ``""`` when the message has no key (``key`` is ``None``)."""
+        return self._raw.partition_key()
+
+    def ordering_key(self) -> str:
+        return self._raw.ordering_key()
+
     @property
-    def properties(self) -> dict[str, str]:
-        return {k: v for k, v in self._raw.properties().items()
-                if not k.startswith(PROTOCOL_PREFIX)}
+    def properties(self) -> Properties:
+        return Properties({k: v for k, v in self._raw.properties().items()
+                           if not k.startswith(PROTOCOL_PREFIX)})
 
     @property
     def position(self) -> Position:
         return Position.of(self._mid)
 
     @property
-    def message_id(self):
+    def message_id(self) -> MessageIdRef:
+        return MessageIdRef(self._mid)
+
+    @property
+    def native_id(self):
+        """The native ``MessageId`` (``message_id()`` too): for pulsar-client's calls."""
         return self._mid
+
+    def topic_name(self) -> str:
+        return self.topic
+
+    def redelivery_count(self) -> int:
+        return self._raw.redelivery_count()
+
+    def publish_timestamp(self) -> int:
+        return self._raw.publish_timestamp()
+
+    def event_timestamp(self) -> int:
+        return self._raw.event_timestamp()
 
     @property
     def publish_time_ms(self) -> int:

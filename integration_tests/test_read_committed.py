@@ -162,3 +162,19 @@ def test_entries_of_another_deployment_are_never_delivered(make_client, topic_na
     b.coordinator.sweep_gc(retention_ms=0)
     assert foreign.id in b.store.collected([foreign.id])  # b alone would take it as its own
     assert values(b.create_reader(t)) == [b"b-plain"]
+
+
+def test_a_read_message_reads_like_pulsar_clients(client, topic_name):
+    """pulsar-client's Message methods on a real message, next to today's attributes;
+    ``message_id()`` is the native id, so a plain pulsar-client call takes it."""
+    import _pulsar
+
+    t = topic_name("api")
+    with client.transaction() as txn:
+        client.create_producer(t).send(b"v", key="k", properties={"p": "1"}, txn=txn)
+    m = next(iter(read_all(client.create_reader(t), 1500)))
+    assert (m.value(), m.data(), m.partition_key(), m.properties()) == (b"v", b"v", "k",
+                                                                       {"p": "1"})
+    assert (m.value, m.key, m.properties) == (b"v", "k", {"p": "1"})
+    assert isinstance(m.message_id(), _pulsar.MessageId) and m.message_id == m.message_id()
+    assert m.topic_name() == m.topic and m.publish_timestamp() == m.publish_time_ms > 0

@@ -16,8 +16,9 @@ from pulsar_txn.harness import Services
 
 
 def main() -> None:
-    with Services() as services:
-        client = PulsarTxnClient(services.service_url, services.metastore_url)
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url) as client):
         client.create_producer("requests").send(b"order #1", key="c-1")
         responses = client.create_producer("responses")
 
@@ -53,7 +54,6 @@ def main() -> None:
             raise AssertionError("the request was acknowledged in the committed transaction")
         except ReadTimeout:
             print("the request is acknowledged: nothing left on the subscription")
-        client.close()
     print("client API OK")
 
 

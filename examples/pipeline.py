@@ -26,8 +26,9 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    with Services() as services:
-        client = PulsarTxnClient(services.service_url, services.metastore_url)
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url) as client):
         producer = client.create_producer("pipeline-in")
         expected = Counter()
         for t in range(20):
@@ -60,7 +61,6 @@ def main() -> None:
         print(f"{sum(expected.values())} committed inputs in {len(batches)} micro-batches "
               f"{batches} -> {sum(out.values())} outputs; exactly once: {out == expected}")
         assert out == expected
-        client.close()
     print("pipeline OK")
 
 

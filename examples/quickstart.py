@@ -53,10 +53,11 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    with Services() as services:
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url) as client):
         print(f"services: Valkey at {services.metastore_url}, {services.kind} broker at "
               f"{services.service_url}", flush=True)
-        client = PulsarTxnClient(services.service_url, services.metastore_url)
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())
@@ -101,7 +102,6 @@ def main() -> None:
         query.stop()
         spark.stop()
         reader.close()
-        client.close()
     once = out == expected
     print(f"input: {sum(expected.values())} committed events "
           f"({counts['aborted']} transactions, {counts['aborted'] * PER_TXN} events aborted); "

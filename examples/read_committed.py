@@ -16,10 +16,11 @@ from pulsar_txn.harness import Services
 
 
 def main() -> None:
-    with Services() as services:
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url) as client):
         print(f"broker {services.kind} at {services.service_url}, "
               f"metastore at {services.metastore_url}")
-        client = PulsarTxnClient(services.service_url, services.metastore_url)
         orders, payments = "quickstart-orders", "quickstart-payments"
         po, pp = client.create_producer(orders), client.create_producer(payments)
         ro, rp = client.create_reader(orders), client.create_reader(payments)
@@ -60,7 +61,6 @@ def main() -> None:
         fresh = [m.value for m in read_all(client.create_reader(orders), 500)]
         print(f"a new reader from the beginning sees: {fresh}")
         assert b"order-cancelled" not in fresh
-        client.close()
     print("read_committed OK")
 
 

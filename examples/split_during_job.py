@@ -34,9 +34,10 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    with Services() as services:
-        client = PulsarTxnClient(services.service_url, services.metastore_url,
-                                 admin_url=getattr(services.broker, "admin_url", None))
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url,
+                          admin_url=getattr(services.broker, "admin_url", None)) as client):
         client.scalable.create(IN, segments=2)
         client.scalable.create(OUT, segments=2)
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
@@ -93,7 +94,6 @@ def main() -> None:
               f"over {len(client.scalable.layout(OUT, refresh=True).segments)} output "
               f"segments; exactly once and in per-key order: {exact}")
         assert exact, dict(per_key)
-        client.close()
     print("split during job OK")
 
 

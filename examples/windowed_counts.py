@@ -33,8 +33,9 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    with Services() as services:
-        client = PulsarTxnClient(services.service_url, services.metastore_url)
+    # the client closes before the services stop, also on an error
+    with (Services() as services,
+          PulsarTxnClient(services.service_url, services.metastore_url) as client):
         producer = client.create_producer("clicks")
         expected: Counter = Counter()
         for second in range(60):  # six 10 s windows, 3 users, one txn per second
@@ -85,7 +86,6 @@ def main() -> None:
         print(f"{rows} window counts written once each; match the committed clicks: "
               f"{got == expected}")
         assert got == expected and rows == len(expected), (got, expected)
-        client.close()
     print("windowed counts OK")
 
 

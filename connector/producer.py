@@ -64,7 +64,7 @@ class Producer:
                                    **send_kw(key, event_time_ms))
             return
         try:
-            self._run(txn).send_async(value, user_props(properties), callback,
+            self._run(txn).send_async(value, callback, user_props(properties),
                                       **send_kw(key, event_time_ms))
         except BaseException as e:
             txn.send_failed(e)

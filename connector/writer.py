@@ -172,8 +172,8 @@ class WriterRun:
         self._on_appended(Position.of(msg_id))
         return msg_id
 
-    def send_async(self, value: bytes, properties: dict | None = None,
-                   callback: Callable | None = None, **kw) -> None:
+    def send_async(self, value: bytes, callback: Callable | None = None,
+                   properties: dict | None = None, **kw) -> None:
         # the first append is synchronous: its position pins the gate (so is every append
         # of a run whose first position stays unknown after a failure: see _unplaced)
         self._check_deployment()

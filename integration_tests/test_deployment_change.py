@@ -170,7 +170,7 @@ def test_read_only_cli_commands_never_create_a_namespace(client, redis_server, n
                 ["topic", "list"], ["metrics", "serve", "--port", "0"]):
         assert main(base + cmd) == 2, cmd
         err = capsys.readouterr().err
-        assert "metastore.namespace" in err and namespace in err, (cmd, err)
+        assert "--namespace" in err and namespace in err, (cmd, err)
     assert not client.store.r.exists(Keys(typo, 1).config())
 
 

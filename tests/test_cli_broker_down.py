@@ -15,9 +15,8 @@ import uuid
 
 import pytest
 
-from pulsar_txn import cli
+from pulsar_txn import cli, cli_topics
 from pulsar_txn.metastore import MemoryMetadataStore
-from pulsar_txn.scalable import cli as scalable_cli
 from pulsar_txn.scalable.admin import ScalableTopics, read_layout
 
 SECRET = "S3CR3T-admin-5e1"
@@ -80,7 +79,7 @@ def test_an_unreachable_admin_url_refuses_before_sealing_anything(monkeypatch, c
     store = MemoryMetadataStore(name)
     ScalableTopics(store, _FakePulsar()).create("topic://public/default/s", 2)
     before = read_layout(store, "topic://public/default/s")
-    monkeypatch.setattr(scalable_cli, "pulsar_client", lambda args, *a, **kw: (_FakePulsar(), {}))
+    monkeypatch.setattr(cli_topics, "pulsar_client", lambda args, *a, **kw: (_FakePulsar(), {}))
     port = _closed_port()
     rc = cli.main(["--metastore", f"memory://{name}", "topic", *cmd,
                    "--service-url", "pulsar://127.0.0.1:1",

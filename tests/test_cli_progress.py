@@ -11,11 +11,10 @@ import uuid
 
 import pytest
 
-from pulsar_txn import cli
+from pulsar_txn import cli, cli_topics
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.metastore import MemoryMetadataStore
 from pulsar_txn.scalable import admin as scalable_admin
-from pulsar_txn.scalable import cli as scalable_cli
 
 
 class _Terminal(io.StringIO):
@@ -81,7 +80,7 @@ def test_topic_describe_shows_counting_progress_on_a_terminal_only(monkeypatch, 
         return 2345
 
     monkeypatch.setattr(scalable_admin, "count_backing_entries", count)
-    monkeypatch.setattr(scalable_cli, "pulsar_client", lambda args, *a, **kw: (_FakePulsar(), {}))
+    monkeypatch.setattr(cli_topics, "pulsar_client", lambda args, *a, **kw: (_FakePulsar(), {}))
     err = stream()
     monkeypatch.setattr(sys, "stderr", err)
     assert cli.main(["--metastore", f"memory://{name}", "topic", "describe",

@@ -255,7 +255,8 @@ LAYERS = [
                "pulsar_txn.scalable", "pulsar_txn.scalable.*"]),
     ("client", ["pulsar_txn.client"]),
     ("spark", ["pulsar_txn.spark", "pulsar_txn.spark.*"]),
-    ("tools", ["pulsar_txn.cli", "pulsar_txn.harness", "pulsar_txn.harness.*"]),
+    ("tools", ["pulsar_txn.cli", "pulsar_txn.cli_topics", "pulsar_txn.harness",
+               "pulsar_txn.harness.*"]),
 ]
 
 

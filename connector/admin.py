@@ -8,6 +8,7 @@ API; callers then pass no admin URL and fall back as documented.
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import urllib.error
@@ -79,10 +80,13 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
     data = (json.dumps(body).encode() if body is not None else
             b"" if method in ("POST", "PUT") else None)
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    target, basic = _split_userinfo(admin_url)
     if auth and auth.token:
         headers["Authorization"] = f"Bearer {auth.token}"
+    elif basic:
+        headers["Authorization"] = f"Basic {basic}"
     context = auth.ssl_context() if auth and admin_url.startswith("https://") else None
-    req = urllib.request.Request(admin_url + path, data=data, method=method, headers=headers)
+    req = urllib.request.Request(target + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             body = r.read()
@@ -124,6 +128,19 @@ def native_scalable_topic(admin_url: str, topic: str,
         return isinstance(admin_request(admin_url, "GET", path, timeout=10, auth=auth), dict)
     except AdminError as e:
         return False if e.status in (404, 405) else None
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """``http://user:pw@host`` → (``http://host``, base64 ``user:pw``): urllib would take
+    ``user:pw@host`` for the host name; credentials in a URL are basic authentication."""
+    parsed = urllib.parse.urlsplit(url)
+    if "@" not in parsed.netloc:
+        return url, None
+    userinfo, _, hostport = parsed.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    creds = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return (urllib.parse.urlunsplit(parsed._replace(netloc=hostport)),
+            base64.b64encode(creds.encode()).decode())
 
 
 def check_admin_url(url: str | None, option: str = "admin.url") -> str | None:

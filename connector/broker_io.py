@@ -313,14 +313,11 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
          kept=None, kept_drop_limit: int = KEPT_DROP_LIMIT) -> Iterator[tuple[Pos, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
-    Starts the reader *inclusively* at the start entry and filters, rather than
-    trusting exclusive starts inside batches; never seeks (pulsar-lite cannot).
-    With ``kept`` (``take(key, start) -> (reader, where it stopped) | None`` and
-    ``give(key, end, reader)``, such as the Spark workers' ``KeptReaders``), goes on
-    with a reader an earlier range left at or a little before ``start``, and leaves its
-    own there when it read up to ``end`` and not one message past it. A kept reader
-    behind ``start`` reads on, dropping what lies before it; after ``kept_drop_limit``
-    such messages it is closed and a reader is opened at ``start`` instead.
+    Starts the reader *inclusively* at the start entry and filters (``_open_reader``).
+    With ``kept`` (the Spark workers' ``KeptReaders``: ``take(key, start)``,
+    ``give(key, end, reader)``), goes on with a reader an earlier range left at or a
+    little before ``start`` (after ``kept_drop_limit`` messages before it, a new reader
+    opens at ``start``) and leaves its own there when it read exactly up to ``end``.
     """
     import pulsar
 
@@ -328,27 +325,12 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
         return
     settings = {"receiver_queue_size": 2000, **(reader or {})}
     kept_key = (id(client), segment, tuple(sorted((k, repr(v)) for k, v in settings.items())))
-
-    def open_at(at: Pos):
-        if at == BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
-            # no entry to start at: before the first, or "the end of ledger L" (a gate
-            # just below entry 0 of the next ledger), which a broker need not resolve
-            # (pulsar-lite delivers nothing from it). Earlier entries are filtered out.
-            mid, inclusive = pulsar.MessageId.earliest, False
-        else:
-            mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
-        return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
-                                    **settings)
     end_ledger, end_entry = end[0], end[1]
-    last: Pos | None = None
-    at_end_entry = False  # the last message read is of the end entry
     taken = kept.take(kept_key, start) if kept is not None else None
+    # where the reader is: as if a taken one had just read the message it stopped at
+    reader, last = taken if taken else (_open_reader(client, segment, start, settings), None)
+    at_end_entry = last is not None and last[1] == end_entry and last[0] == end_ledger
     dropped = 0  # messages before ``start`` a kept reader read on through
-    if taken is None:
-        reader = open_at(start)
-    else:  # read on from where it stopped, as if it had just read that message
-        reader, last = taken
-        at_end_entry = last[1] == end_entry and last[0] == end_ledger
     native = reader._reader
     done = False  # read up to ``end`` and nothing past it: the reader may be kept
     end_size: int | None = None  # messages in the end entry, once one of them is read
@@ -363,59 +345,15 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             try:
                 raw = native.read_next(wait)
             except (pulsar.NotConnected, pulsar.AlreadyClosed, pulsar.ConnectError) as e:
-                # a connection the broker dropped (a restart, a glitch): read on from
-                # where this scan is, a few times, rather than fail the whole task
                 reconnects += 1
-                if reconnects > 3:
-                    raise BrokerUnavailable(f"{segment}: the reader lost its connection "
-                                            f"{reconnects} times ({e})") from e
-                log.warning("%s: reader disconnected (%s); reading on from %s", segment, e,
-                            pos_text(last or start))
-                _close_quietly(reader)
-                reader = open_at((last[0], last[1], -1) if last is not None else start)
-                native = reader._reader
-                reopened = True
+                reader = _reopened(client, segment, settings, reader, last, start,
+                                   reconnects, e)
+                native, reopened = reader._reader, True
                 continue
             except pulsar.Timeout:
-                if at_end_entry and not end_size:
-                    done = True
-                    return  # nothing more of the end entry came: its batch is complete
-                if at_end_entry:  # its size is known and messages of it are missing
-                    raise BrokerUnavailable(
-                        f"{segment}: entry {end_ledger}:{end_entry} holds {end_size} "
-                        f"messages but none after {pos_text(last or start)} arrived within "
-                        f"{wait} ms; the range is not skipped: it is read again") from None
-                if not reader.is_connected():  # an outage, not lost data: never skipped
-                    raise BrokerUnavailable(
-                        f"{segment}: the broker was unreachable for {timeout_ms} ms while "
-                        f"reading after {pos_text(last or start)} up to the planned "
-                        f"{pos_text(end)}; "
-                        "the range is not skipped (whatever failOnDataLoss says): it is "
-                        "read again once the broker is back") from None
-                # connected, yet nothing came: lost only if the topic now ends at or
-                # before where this scan is; entries beyond it that do not arrive are a
-                # stall (bookies, a topic load, a bundle move), never skipped
-                at = last or start
-                try:
-                    lac = last_entry_strict(client, segment)
-                except ProbeFailed as e:
-                    raise BrokerUnavailable(
-                        f"{segment}: no entry after {pos_text(at)} within {timeout_ms} ms and the "
-                        f"broker cannot say whether the data still exists ({e}); the range "
-                        "is not skipped") from None
-                if lac is not None and lac > (at[0], at[1]):
-                    raise BrokerUnavailable(
-                        f"{segment}: entries after {pos_text(at)} exist (the last is "
-                        f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
-                        "range is not skipped: it is read again") from None
-                msg = (f"{segment}: no entry after {pos_text(at)} within {timeout_ms} "
-                       f"ms although {pos_text(end)} was planned, and the topic now ends "
-                       f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
-                       "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
-                       "lost ranges.")
-                if fail_on_data_loss:
-                    raise DataLoss(msg) from None
-                log.warning("%s (failOnDataLoss=false: skipped)", msg)
+                done = _silence_ends_scan(client, segment, start, end, last, at_end_entry,
+                                          end_size, wait, timeout_ms, reader.is_connected(),
+                                          fail_on_data_loss)
                 return
             reopened = False
             m = raw.message_id()
@@ -430,26 +368,112 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                     dropped += 1
                     if dropped > kept_drop_limit:  # too far behind: start afresh
                         _close_quietly(reader)
-                        reader, taken, last, at_end_entry = open_at(start), None, None, False
+                        reader = _open_reader(client, segment, start, settings)
+                        taken, last, at_end_entry = None, None, False
                         native = reader._reader
                 continue
             if pos > end:
                 return
             yield pos, raw
             if at_end_entry:
-                if pos == end or pos[2] < 0:
+                if end_size is None and pos != end and pos[2] >= 0:
+                    end_size = batch_size(m) or 0
+                if _end_entry_read(pos, end, end_size):
                     done = True
                     return
-                if end_size is None:
-                    end_size = batch_size(m) or 0
-                if end_size and pos[2] >= end_size - 1:
-                    done = True
-                    return  # the end entry's last message: nothing of it is left
     finally:
         if done and kept is not None:
             kept.give(kept_key, end, reader)
         else:
             _close_quietly(reader)
+
+
+def _reopened(client, segment: str, settings: dict, reader, last: Pos | None, start: Pos,
+              reconnects: int, error: Exception):
+    """A connection the broker dropped (a restart, a glitch): a new reader where the scan
+    is, a few times in a row, rather than fail the whole task."""
+    if reconnects > 3:
+        raise BrokerUnavailable(f"{segment}: the reader lost its connection "
+                                f"{reconnects} times ({error})") from error
+    log.warning("%s: reader disconnected (%s); reading on from %s", segment, error,
+                pos_text(last or start))
+    _close_quietly(reader)
+    return _open_reader(client, segment, (last[0], last[1], -1) if last is not None else start,
+                        settings)
+
+
+def _open_reader(client, segment: str, at: Pos, settings: dict):
+    """A reader that starts at entry ``at`` (inclusive; the scan filters what lies before
+    ``start``): never a seek, which pulsar-lite cannot do."""
+    import pulsar
+
+    if at == BEFORE or at[1] < 0 or at[1] >= END_OF_LEDGER:
+        # no entry to start at: before the first, or "the end of ledger L" (a gate
+        # just below entry 0 of the next ledger), which a broker need not resolve
+        # (pulsar-lite delivers nothing from it). Earlier entries are filtered out.
+        mid, inclusive = pulsar.MessageId.earliest, False
+    else:
+        mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
+    return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
+                                **settings)
+
+
+def _end_entry_read(pos: Pos, end: Pos, end_size: int | None) -> bool:
+    """Whether ``pos``, a message of the end entry, leaves nothing of the range unread:
+    it is ``end`` itself, an unbatched entry, or the entry's last batched message."""
+    return pos == end or pos[2] < 0 or bool(end_size and pos[2] >= end_size - 1)
+
+
+def _silence_ends_scan(client, segment: str, start: Pos, end: Pos, last: Pos | None,
+                       at_end_entry: bool, end_size: int | None, wait: int, timeout_ms: int,
+                       connected: bool, fail_on_data_loss: bool) -> bool:
+    """Nothing arrived within ``wait``: outage, stall, loss, or the end of the range?
+
+    True: the end entry is complete (an entry of unknown size that sent nothing more);
+    False: the range's data is gone and ``failOnDataLoss=false`` skips it. Anything
+    else raises: an outage or a stall is never skipped (BrokerUnavailable, read again),
+    lost data fails the query (DataLoss) unless skipping was asked for.
+    """
+    end_ledger, end_entry = end[0], end[1]
+    if at_end_entry and not end_size:
+        return True  # nothing more of the end entry came: its batch is complete
+    if at_end_entry:  # its size is known and messages of it are missing
+        raise BrokerUnavailable(
+            f"{segment}: entry {end_ledger}:{end_entry} holds {end_size} "
+            f"messages but none after {pos_text(last or start)} arrived within "
+            f"{wait} ms; the range is not skipped: it is read again") from None
+    if not connected:  # an outage, not lost data: never skipped
+        raise BrokerUnavailable(
+            f"{segment}: the broker was unreachable for {timeout_ms} ms while "
+            f"reading after {pos_text(last or start)} up to the planned "
+            f"{pos_text(end)}; "
+            "the range is not skipped (whatever failOnDataLoss says): it is "
+            "read again once the broker is back") from None
+    # connected, yet nothing came: lost only if the topic now ends at or
+    # before where this scan is; entries beyond it that do not arrive are a
+    # stall (bookies, a topic load, a bundle move), never skipped
+    at = last or start
+    try:
+        lac = last_entry_strict(client, segment)
+    except ProbeFailed as e:
+        raise BrokerUnavailable(
+            f"{segment}: no entry after {pos_text(at)} within {timeout_ms} ms and the "
+            f"broker cannot say whether the data still exists ({e}); the range "
+            "is not skipped") from None
+    if lac is not None and lac > (at[0], at[1]):
+        raise BrokerUnavailable(
+            f"{segment}: entries after {pos_text(at)} exist (the last is "
+            f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
+            "range is not skipped: it is read again") from None
+    msg = (f"{segment}: no entry after {pos_text(at)} within {timeout_ms} "
+           f"ms although {pos_text(end)} was planned, and the topic now ends "
+           f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
+           "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
+           "lost ranges.")
+    if fail_on_data_loss:
+        raise DataLoss(msg) from None
+    log.warning("%s (failOnDataLoss=false: skipped)", msg)
+    return False
 
 
 def _close_quietly(reader) -> None:

@@ -208,6 +208,19 @@ class TransactionBuffer:
         if len(self._final) > self._cache_size:
             self._final.popitem(last=False)
 
+    def settle(self, segment: str, entries: Sequence[tuple[TxnId, str]],
+               wait_s: Callable[[TxnId], float]) -> list[Verdict]:
+        """Classify, then wait: the one rule of both readers (the client API's and the
+        Spark source's executors). Final verdicts come at once; the entry of an OPEN
+        transaction waits for its end, woken by the store's events, for ``wait_s(txn)``
+        seconds (the caller's patience: a read's timeout, or the txn's deadline plus a
+        sweep's grace), and is classified again. WAIT: still OPEN after that."""
+        verdicts = self.classify(segment, entries)
+        for i, (txn, writer) in enumerate(entries):
+            if verdicts[i] is Verdict.WAIT and self.wait_for_outcome(txn, wait_s(txn)):
+                verdicts[i] = self.classify(segment, [(txn, writer)])[0]
+        return verdicts
+
     def wait_for_outcome(self, txn_id: TxnId, timeout: float) -> bool:
         """H1 fallback: an OPEN txn's entry below the gate waits for its end."""
         deadline = time.monotonic() + timeout

@@ -119,7 +119,7 @@ class StoreCollector:
     def __init__(self, store: MetadataStore, last_entry=None,
                  probe_budget_s: float = PROBE_BUDGET_S, namespace: str | None = None) -> None:
         self.store = store
-        self.namespace = namespace if namespace is not None else store.keys.ns
+        self.namespace = namespace if namespace is not None else store.namespace
         self.probes = None if last_entry is None else GateLagProbes(last_entry, probe_budget_s)
 
     def _acks_pending(self) -> int:

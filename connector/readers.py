@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import _pulsar
@@ -227,18 +227,17 @@ class GatedStream:
                 if mid <= self._gate_id:
                     if t is None:
                         return buf.popleft()
-                    verdict = self._verdicts.get((t, writer)) or self._verdict(t, writer)
+                    verdict = self._verdicts.get((t, writer)) or self._verdict(
+                        t, writer, lambda _txn: _left(deadline, 3600))
                     if verdict is Verdict.DELIVER:
                         return buf.popleft()
-                    if verdict is Verdict.SKIP:
-                        buf.popleft()
-                        self.skipped += 1
-                        if t in self._foreign:
-                            self.skipped_foreign += 1
-                        self._on_skip(raw)
-                        continue
-                    if not tb.wait_for_outcome(self._txn(t), _left(deadline, 3600)):
+                    if verdict is Verdict.WAIT:
                         raise ReadTimeout(f"{self.segment}: waiting for {t} to end")
+                    buf.popleft()
+                    self.skipped += 1
+                    if t in self._foreign:
+                        self.skipped_foreign += 1
+                    self._on_skip(raw)
                     continue
                 gen = tb.generation
                 gate = tb.gate(self.segment, self.received_entry(), Position(*self._gate),
@@ -281,11 +280,17 @@ class GatedStream:
                 return Position(mid.ledger_id(), mid.entry_id())
         return None
 
-    def _verdict(self, t: str, writer: str) -> Verdict:
+    def _verdict(self, t: str, writer: str,
+                 wait_s: Callable[[TxnId], float] | None = None) -> Verdict:
+        """The entry's verdict under the readers' one rule (``TransactionBuffer.settle``):
+        with ``wait_s``, an OPEN transaction is waited for as long as it allows."""
         if not self._well_formed(t):
             self._remember((t, writer), Verdict.SKIP)
             return Verdict.SKIP
-        verdict = self.side.buffer.classify(self.segment, [(self._txn(t), writer)])[0]
+        entry = [(self._txn(t), writer)]
+        buffer = self.side.buffer
+        verdict = (buffer.classify(self.segment, entry) if wait_s is None
+                   else buffer.settle(self.segment, entry, wait_s))[0]
         if verdict is not Verdict.WAIT:
             self._remember((t, writer), verdict)
         return verdict
@@ -315,7 +320,7 @@ class GatedStream:
             return  # malformed: skipped (hole 9)
         store.check_deployment()
         if not self.side.skip_foreign:
-            raise foreign_entries_error(self.segment, seen, store.deployment, store.keys.ns,
+            raise foreign_entries_error(self.segment, seen, store.deployment, store.namespace,
                                         f"{CLIENT_OPTION}=True")
         self._foreign.add(t)
 

@@ -115,6 +115,8 @@ class Watch(Protocol):
 
 class MetadataStore(Protocol):
     partitions: int
+    namespace: str  # the deployment's key prefix (option 'metastore.namespace')
+    url: str  # where the store is, as errors show it: never a secret
     deployment: str  # carried by every transactional append (see records.PROP_TXN)
     wire_format: int  # the form of those appends' properties (records.WIRE_*)
 

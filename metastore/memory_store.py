@@ -102,9 +102,8 @@ class MemoryMetadataStore(MemoryFsync, MemoryNamespace, AckTables, Layouts):
         self._s = server
         # a private state gets a URL of its own: per-store throttles key on it
         self.url = f"memory://{name if name is not None else 'private-' + uuid.uuid4().hex[:8]}"
-        # not part of the Protocol, but read through it: the scalable-topic admin names
-        # the namespace in an error, the coordinator's sweep throttle keys on it
-        self.keys = Keys(namespace, server.partitions)
+        self.keys = Keys(namespace, server.partitions)  # this backend's own, as Redis's
+        self.namespace = namespace
         self.partitions = server.partitions
         self.deployment = server.deployment
         self.wire_format = server.wire_format

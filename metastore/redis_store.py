@@ -117,6 +117,7 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
             raise MetastoreError(f"metadata store {self.url!r} (option 'metastore.url') "
                                  f"refused opening namespace {cfg.namespace!r}: {e}") from e
         self.keys = Keys(cfg.namespace, self.partitions, layout=layout)
+        self.namespace = cfg.namespace
         self._seq_lock = threading.Lock()
         self._seq_blocks: dict[int, tuple[int, int]] = {}
 

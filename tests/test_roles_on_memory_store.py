@@ -293,6 +293,31 @@ def test_a_reader_waiting_on_an_open_txn_is_woken_by_its_end(coord, store):
         w.close()
 
 
+def test_settle_classifies_then_waits_for_open_txns_only(coord, store):
+    """The one classify-then-wait rule of both readers (the client API's and the Spark
+    source's): final verdicts at once; an OPEN transaction waited for, as long as the
+    caller allows, then classified again; still OPEN after that: WAIT."""
+    tb = TransactionBuffer(store)
+    w = store.watch(tb.on_event)
+    try:
+        done, open_, stuck = (coord.new_transaction().txn_id for _ in range(3))
+        for t in (done, open_, stuck):
+            write(store, t, "s", "w", 1)
+        coord.commit(done, winners=["w"])
+        asked: list = []
+
+        def wait_s(txn):
+            asked.append(txn)
+            return 5.0 if txn == open_ else 0.05
+
+        threading.Timer(0.05, coord.commit, args=(open_, ["w"])).start()
+        got = tb.settle("s", [(done, "w"), (open_, "w"), (stuck, "w")], wait_s)
+        assert got == [Verdict.DELIVER, Verdict.DELIVER, Verdict.WAIT]
+        assert asked == [open_, stuck]  # a final verdict never waits
+    finally:
+        w.close()
+
+
 # ---------------------------------------------------------------- pending acks
 class Broker:
     """What the pending-ack store asks of the broker: apply acks, redeliver."""

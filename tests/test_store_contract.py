@@ -150,6 +150,16 @@ def store(backend) -> MetadataStore:
     return backend.store
 
 
+def test_a_store_names_its_namespace_and_address_without_a_secret(backend):
+    """``namespace`` and ``url`` are part of the interface (issue 32): errors name them,
+    and no caller reaches into a backend's key builder for the namespace."""
+    s = backend.store
+    assert s.namespace == ("ptxn" if backend.kind == "memory" else s.keys.ns)
+    assert s.namespace.startswith("ptxn" if backend.kind == "memory" else "c")
+    assert s.url.startswith(("memory://", "redis://")) and "@" not in s.url
+    assert backend.client().namespace == s.namespace
+
+
 # ---- helpers ----
 def new_txn(store, timeout_ms=LONG, owner="", partition=None) -> TxnId:
     t = store.next_txn_id(owner, partition)

@@ -105,7 +105,7 @@ class ScalableTopics:
             self._refuse_native(topic)
             raise TopicNotFound(
                 f"topic://{topic} is not a pulsar-txn scalable topic: no layout for it in "
-                f"metastore namespace {self.store.keys.ns!r}. pulsar-txn reads and writes "
+                f"metastore namespace {self.store.namespace!r}. pulsar-txn reads and writes "
                 "its own topic:// topics (create one: pulsar-txn topic create, or "
                 "client.scalable.create) and plain persistent:// topics; Apache Pulsar "
                 "5.0's native scalable topics are served by its Java v5 client and are "

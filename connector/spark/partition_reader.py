@@ -98,6 +98,94 @@ _PROPS = pa.map_(pa.string(), pa.string())
 _NO_STRINGS = pa.array([], pa.string())
 
 
+class _RangeRead:
+    """What reading one planned range keeps besides its rows: the verdict of each
+    distinct (txn, writer), parsed once; the entries of other deployments; an events
+    watch, opened only when an OPEN transaction must be waited for (H1 fallback)."""
+
+    def __init__(self, opts: SourceOptions, part: SegmentPartition, store) -> None:
+        self.opts, self.part, self.store = opts, part, store
+        self.tb = TransactionBuffer(store)
+        self.deployment = store.deployment
+        self.watch = None
+        self.parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
+        self.tags: dict[str, tuple[str | None, str]] = {}  # protocol property -> (txn, writer)
+        self.foreign: dict[str, str] = {}  # txn text (FOREIGN first) -> the other deployment
+        self.skipped_foreign = 0
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+
+    def note_foreign(self, t: str | None, props: dict) -> None:
+        """Remember which never-parsing txn texts are another deployment's entries
+        (once per distinct property value: the scan's cost stays per tag)."""
+        if t is not None and t[:1] == FOREIGN and t not in self.foreign:
+            dep = foreign_deployment(props, self.deployment)
+            if dep:
+                self.foreign[t] = dep
+
+    def pass_foreign(self, pairs: set, rows: _Columns) -> None:
+        """Another deployment's entries are never delivered, and never passed silently:
+        the task fails naming their deployment ids (the query stops before its offsets
+        pass them), unless ``read.foreignDeployments=skip``."""
+        self.store.check_deployment()  # a reset under this task: say that instead
+        if not self.opts.skip_foreign:
+            raise foreign_entries_error(self.part.segment, (self.foreign[t] for t, _ in pairs),
+                                        self.deployment, self.store.namespace,
+                                        f"{SKIP_OPTION}=skip")
+        names = {t for t, _ in pairs}
+        self.skipped_foreign += sum(1 for t in rows.txns if t in names)
+
+    def txn_of(self, t: str, rows: _Columns) -> TxnId | None:
+        if t not in self.parsed:
+            try:
+                self.parsed[t] = TxnId.parse(t)
+            except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
+                if t not in self.foreign:
+                    log.warning("%s: message %s: its %s property %r is malformed; it is "
+                                "never delivered", self.part.segment,
+                                rows.ids[rows.txns.index(t)], PROP_TXN, t)
+                self.parsed[t] = None
+        return self.parsed[t]
+
+    def patience_s(self, txn: TxnId) -> float:
+        """How long an OPEN txn's entry below the gate waits for its end: until its
+        deadline plus a sweep's grace, woken by the store's events; never guessed."""
+        if self.watch is None:
+            self.watch = self.store.watch(self.tb.on_event)
+        header = self.store.get_header(txn)
+        left = 0.0 if header is None else (header.deadline_ms - self.store.server_time_ms()) / 1000
+        return max(left, 0.0) + _OUTCOME_GRACE_S
+
+    def verdicts(self, rows: _Columns) -> list[bool] | None:
+        """Which rows are delivered (None: all of them). Classified once per distinct
+        (txn, writer) of the chunk, not per row, by the readers' one classify-then-wait
+        rule (``TransactionBuffer.settle``)."""
+        pairs = set(zip(rows.txns, rows.writers))
+        pairs.discard((None, ""))
+        if not pairs:
+            return None
+        ok = {p: self.txn_of(p[0], rows) for p in pairs}
+        alien = {p for p in pairs if p[0] in self.foreign}
+        if alien:
+            self.pass_foreign(alien, rows)
+        valid = [p for p in pairs if ok[p] is not None]
+        given = dict(zip(valid, self.tb.settle(self.part.segment,
+                                               [(ok[p], p[1]) for p in valid],
+                                               self.patience_s))) if valid else {}
+        stuck = sorted(str(ok[p]) for p, v in given.items() if v is Verdict.WAIT)
+        if stuck:
+            raise SweeperAbsent(f"{self.part.segment}: {stuck[0]} is still OPEN below the "
+                                f"gate {_OUTCOME_GRACE_S:.0f} s after its deadline; is any "
+                                "sweeper running?")
+        deliver = {p: given.get(p) is Verdict.DELIVER for p in pairs}
+        if all(deliver.values()):
+            return None
+        deliver[(None, "")] = True
+        return [deliver[p] for p in zip(rows.txns, rows.writers)]
+
+
 def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHUNK):
     """Executor-side: yield Arrow batches of the committed rows of one segment range."""
     if not isinstance(part, SegmentPartition):
@@ -108,87 +196,10 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     RESOURCES.begin_task()
     store = RESOURCES.store(opts.metastore_url, opts.namespace, create=False)
     client = RESOURCES.client(opts, reads=True)  # never the sink's producers' connections
-    tb = TransactionBuffer(store)
-    deployment = store.deployment
     topic = part.topic or part.segment
-    watch = None
-    parsed: dict[str, TxnId | None] = {}  # txn id text -> id (None: never delivered)
-    tags: dict[str, tuple[str | None, str]] = {}  # protocol property -> (txn, writer)
-    foreign: dict[str, str] = {}  # txn text (FOREIGN first) -> the other deployment's id
-    skipped_foreign = 0
+    state = _RangeRead(opts, part, store)
+    tags, note_foreign, deployment = state.tags, state.note_foreign, state.deployment
     try:
-        def note_foreign(t: str | None, props: dict) -> None:
-            """Remember which never-parsing txn texts are another deployment's entries
-            (once per distinct property value: the scan's cost stays per tag)."""
-            if t is not None and t[:1] == FOREIGN and t not in foreign:
-                dep = foreign_deployment(props, deployment)
-                if dep:
-                    foreign[t] = dep
-
-        def pass_foreign(pairs: set, rows: _Columns) -> None:
-            """Another deployment's entries are never delivered, and never passed
-            silently: the task fails naming their deployment ids (the query stops
-            before its offsets pass them), unless ``read.foreignDeployments=skip``."""
-            nonlocal skipped_foreign
-            store.check_deployment()  # a reset under this task: say that instead
-            if not opts.skip_foreign:
-                raise foreign_entries_error(part.segment, (foreign[t] for t, _ in pairs),
-                                            deployment, store.keys.ns, f"{SKIP_OPTION}=skip")
-            names = {t for t, _ in pairs}
-            skipped_foreign += sum(1 for t in rows.txns if t in names)
-
-        def txn_of(t: str, rows: _Columns) -> TxnId | None:
-            if t not in parsed:
-                try:
-                    parsed[t] = TxnId.parse(t)
-                except InvalidTxnId:  # not ours, or corrupt: never delivered (fail closed)
-                    if t not in foreign:
-                        log.warning("%s: message %s: its %s property %r is malformed; it is "
-                                    "never delivered", part.segment,
-                                    rows.ids[rows.txns.index(t)], PROP_TXN, t)
-                    parsed[t] = None
-            return parsed[t]
-
-        def wait_for(txn: TxnId) -> None:
-            """H1 fallback: an OPEN txn's entry below the gate waits for its end, woken by
-            the store's events (a watch opened on first need), at most until its deadline
-            plus a sweep's grace: never guessed, never a fixed timeout."""
-            nonlocal watch
-            if watch is None:
-                watch = store.watch(tb.on_event)
-            header = store.get_header(txn)
-            left = 0.0 if header is None else (header.deadline_ms - store.server_time_ms()) / 1000
-            if not tb.wait_for_outcome(txn, max(left, 0.0) + _OUTCOME_GRACE_S):
-                raise SweeperAbsent(f"{part.segment}: {txn} is still OPEN below the gate "
-                                     f"{_OUTCOME_GRACE_S:.0f} s after its deadline; is any "
-                                     "sweeper running?")
-
-        def verdicts(rows: _Columns) -> list[bool] | None:
-            """Which rows are delivered (None: all of them). Classified once per
-            distinct (txn, writer) of the chunk, not per row."""
-            pairs = set(zip(rows.txns, rows.writers))
-            pairs.discard((None, ""))
-            if not pairs:
-                return None
-            ok = {p: txn_of(p[0], rows) for p in pairs}
-            alien = {p for p in pairs if p[0] in foreign}
-            if alien:
-                pass_foreign(alien, rows)
-            valid = [p for p in pairs if ok[p] is not None]
-            given = dict(zip(valid, tb.classify(part.segment, [(ok[p], p[1]) for p in valid])
-                             if valid else []))
-            deliver = {}
-            for p in pairs:
-                v = given.get(p)
-                if v is Verdict.WAIT:
-                    wait_for(ok[p])
-                    v = tb.classify(part.segment, [(ok[p], p[1])])[0]
-                deliver[p] = v is Verdict.DELIVER
-            if all(deliver.values()):
-                return None
-            deliver[(None, "")] = True
-            return [deliver[p] for p in zip(rows.txns, rows.writers)]
-
         rows = _Columns()
         with naming(opts.service_url, what=f"reading {part.segment}"):
             for pos, raw in scan(client, part.segment, decode(part.start), decode(part.end),
@@ -225,15 +236,14 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                 rows.publish.append(raw.publish_timestamp())
                 rows.event.append(raw.event_timestamp())
                 if len(rows.values) >= chunk:
-                    yield rows.arrow(topic, part.segment, verdicts(rows))
+                    yield rows.arrow(topic, part.segment, state.verdicts(rows))
                     rows = _Columns()
         if len(rows):
-            yield rows.arrow(topic, part.segment, verdicts(rows))
-        if skipped_foreign:
+            yield rows.arrow(topic, part.segment, state.verdicts(rows))
+        if state.skipped_foreign:
             log.warning("%s: %d entries of other deployments (%s) skipped "
-                        "(%s=skip)", part.segment, skipped_foreign,
-                        ", ".join(sorted(set(foreign.values()))), SKIP_OPTION)
-            store.add_foreign_skipped(skipped_foreign)
+                        "(%s=skip)", part.segment, state.skipped_foreign,
+                        ", ".join(sorted(set(state.foreign.values()))), SKIP_OPTION)
+            store.add_foreign_skipped(state.skipped_foreign)
     finally:
-        if watch is not None:
-            watch.close()
+        state.close()

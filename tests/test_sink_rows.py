@@ -59,3 +59,45 @@ def test_the_client_producer_refuses_a_protocol_property_by_name():
     with pytest.raises(ConfigError, match="'__ptxn.x'.*reserved"):
         user_props({"a": 1, "__ptxn.x": "1"})
     assert user_props({"a": 1}) == {"a": "1"}
+
+
+def _schema(ddl: str):
+    """A Spark schema from 'name type, …' (the few types the sink reads; no session)."""
+    from pyspark.sql import types as T
+
+    kinds = {"string": T.StringType(), "binary": T.BinaryType(), "int": T.IntegerType(),
+             "timestamp": T.TimestampType(),
+             "map<string,string>": T.MapType(T.StringType(), T.StringType())}
+    return T.StructType([T.StructField(n, kinds[k]) for n, k in
+                         (f.strip().split(" ", 1) for f in ddl.split(", "))])
+
+
+def test_the_sink_ignores_the_sources_columns_but_refuses_a_misspelled_or_kafka_one():
+    """Columns the sink does not use are ignored (Kafka's convention: a source's output
+    is written back as read), but a column that looks meant for it is refused: a
+    misspelled 'key' or Kafka's 'headers'/'partition' would otherwise be dropped
+    silently (messages without their key or properties)."""
+    import pytest
+
+    from pulsar_txn.errors import ConfigError
+    from pulsar_txn.spark.options import SinkOptions
+    from pulsar_txn.spark.sink_task import check_sink_schema
+
+    opts = SinkOptions.from_options({"service.url": "pulsar://localhost:6650",
+                                     "metastore.url": "redis://localhost:1", "topic": "t"})
+    source_row = ("key string, value binary, topic string, segment string, messageId string, "
+                  "publishTime timestamp, eventTime timestamp, properties map<string,string>, "
+                  "txnId string")
+    assert set(check_sink_schema(_schema(source_row), opts)) == {
+        "key", "value", "topic", "eventtime", "properties"}
+    for ddl, named, hint in [("value binary, kye string", "kye", "'key'"),
+                             ("value binary, headers map<string,string>", "headers",
+                              "'properties'"),
+                             ("value binary, partition int", "partition", "'key'"),
+                             ("value binary, proprties map<string,string>", "proprties",
+                              "'properties'")]:
+        with pytest.raises(ConfigError) as err:
+            check_sink_schema(_schema(ddl), opts)
+        assert repr(named) in str(err.value) and hint in str(err.value), str(err.value)
+    with pytest.raises(ConfigError, match=r"'value'.*columns: payload, key"):
+        check_sink_schema(_schema("payload binary, key string"), opts)

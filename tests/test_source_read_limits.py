@@ -15,6 +15,7 @@ from pulsar_txn.spark.planning import Unit
 from pulsar_txn.spark.source_reader import PulsarTxnStreamReader
 
 SEG = "persistent://public/default/t"
+SIZE = 100  # payload bytes of each message
 
 
 class OneSegment:
@@ -31,9 +32,12 @@ class OneSegment:
         return (last if self.available else BEFORE), (7, self.available - 1), 0
 
     def count_until(self, segment, start, end, budget, byte_budget=None):
+        """Messages of SIZE bytes each; at least one, as the real planner."""
         first = 0 if start == BEFORE else start[1] + 1
+        if byte_budget is not None:
+            budget = min(budget, max(1, byte_budget // SIZE))
         n = max(0, min(budget, end[1] + 1 - first))
-        return ((7, first + n - 1, 2**31 - 1) if n < end[1] + 1 - first else end), n, 0
+        return ((7, first + n - 1, 2**31 - 1) if n < end[1] + 1 - first else end), n, n * SIZE
 
 
 def _reader(available: int, **options) -> PulsarTxnStreamReader:
@@ -55,6 +59,16 @@ def test_min_and_max_together_wait_for_min_then_read_at_most_max():
     assert _rows(r, limit) == 0          # 5 < min: the batch waits
     r._planner.available = 50
     assert _rows(r, limit) == 20         # enough: at most max
+
+
+def test_min_with_a_byte_limit_never_starves_a_full_batch():
+    """A batch the byte limit filled is full, however few its rows: it goes at once
+    (it waited the whole maxTriggerDelay each time when the rows were counted after
+    the cap)."""
+    r = _reader(100, minRecordsPerTrigger="10", maxBytesPerTrigger="300", maxTriggerDelay="1h")
+    assert _rows(r, r.getDefaultReadLimit()) == 3
+    r._planner.available = 2  # not full, and under the min: waits
+    assert _rows(r, r.getDefaultReadLimit()) == 0
 
 
 def test_min_alone_still_waits_and_the_delay_lets_it_through():

@@ -10,6 +10,7 @@ replayed batch that already committed writes nothing.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import uuid
 from dataclasses import dataclass
@@ -47,6 +48,27 @@ ACCEPTED = {"value": ("binary", "string"), "key": ("string", "binary"),
             "topic": ("string",)}
 
 
+# Kafka's sink columns that mean something else here: refused, never dropped silently.
+_KAFKA_COLUMNS = {"headers": "'properties' (map<string,string>)",
+                  "partition": "'key' (partitioned topics are routed by key hash)"}
+
+
+def _refuse_if_meant(name: str) -> None:
+    """An unused column is ignored, unless it looks meant for the sink: a near miss of
+    an accepted name, or Kafka's ``headers``/``partition`` (their rows would be written
+    without their key or properties, without a word)."""
+    low = name.lower()
+    if low in _KAFKA_COLUMNS:
+        raise ConfigError(f"column {name!r} is Kafka's; the pulsar-txn sink takes "
+                          f"{_KAFKA_COLUMNS[low]} instead (rename it, or drop it)")
+    close = (difflib.get_close_matches(low, list(ACCEPTED), n=1, cutoff=0.75)
+             or [a for a in ACCEPTED if sorted(a) == sorted(low)])  # letters swapped
+    if close:
+        shown = "eventTime" if close[0] == "eventtime" else close[0]
+        raise ConfigError(f"column {name!r} is not used by the pulsar-txn sink; did you mean "
+                          f"{shown!r}? (other columns are ignored)")
+
+
 def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
     """Map each accepted role to the input column; a used column of another type is an
     error. Columns the sink does not use are ignored, as Kafka's sink does, so a
@@ -55,6 +77,7 @@ def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
     for f in schema.fields:
         role = f.name.lower()
         if role not in ACCEPTED:
+            _refuse_if_meant(f.name)
             continue
         type_name = f.dataType.simpleString()
         if type_name not in ACCEPTED[role]:
@@ -62,7 +85,8 @@ def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
                               f"expects {' or '.join(ACCEPTED[role])}")
         roles[role] = f.name
     if "value" not in roles:
-        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string)")
+        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string); "
+                          f"columns: {', '.join(f.name for f in schema.fields)}")
     if not opts.topic and "topic" not in roles:
         raise ConfigError("set option 'topic' or provide a 'topic' column")
     return roles

@@ -155,12 +155,15 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 behind += entries_between(ends[u.segment], lac)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_records
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes
+        full = False  # a read limit cut the batch: it is full, whatever its row count
         if max_rows is not None or max_bytes is not None:
-            self._cap(units, cur, ends, max_rows, max_bytes)
+            full = self._cap(units, cur, ends, max_rows, max_bytes)
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_records
-        if min_rows is not None and self._target is None and self._too_few(units, cur, ends,
-                                                                           min_rows):
+        if (min_rows is not None and self._target is None and not full
+                and self._too_few(units, cur, ends, min_rows)):
             ends = dict(cur)
+        elif full:
+            self._waiting_since = None
         if self.opts.subscription:
             for u in units:
                 self.planner.subscription_consumer(u.segment)
@@ -173,22 +176,26 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return to_offset(ends)
 
     def _cap(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
-             max_rows: int | None, max_bytes: int | None) -> None:
+             max_rows: int | None, max_bytes: int | None) -> bool:
         """Move ends back so the batch holds at most ``max_rows`` messages and about
-        ``max_bytes`` payload bytes (at least one message: progress)."""
-        rows, size = max_rows or 2**62, max_bytes
+        ``max_bytes`` payload bytes (at least one message: progress). True: an end
+        moved back (more is waiting than the batch may hold)."""
+        rows, size, cut = max_rows or 2**62, max_bytes, False
         for u in units:
             s = cur.get(u.segment, BEFORE)
             if ends[u.segment] <= s:
                 continue
             if rows <= 0 or (size is not None and size <= 0):
-                ends[u.segment] = s
+                ends[u.segment], cut = s, True
                 continue
+            planned = ends[u.segment]
             ends[u.segment], n, nbytes = self.planner.count_until(
-                u.segment, s, ends[u.segment], rows, size)
+                u.segment, s, planned, rows, size)
+            cut = cut or ends[u.segment] != planned
             rows -= n
             if size is not None:
                 size -= nbytes
+        return cut
 
     def _too_few(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
                  min_rows: int) -> bool:

@@ -91,3 +91,50 @@ def test_dev_prints_urls_and_exports_that_the_cli_uses_and_stops_on_ctrl_c():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+@pytest.mark.parametrize("when", ["running", "starting"])
+def test_a_closed_terminal_or_a_stop_while_starting_leaves_no_service_running(when):
+    """SIGHUP (the terminal closed) stops the services as Ctrl-C does; a SIGTERM while
+    they start ends the start and stops what was started (handlers installed first)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULSAR_TXN_")}
+    proc = subprocess.Popen([sys.executable, "-m", "pulsar_txn.cli", "dev", "--broker", "lite"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        children = _children_once_started(proc)
+        if when == "running":
+            exported = _exports(_read_until_ready(proc, 90))
+            children = _children_once_started(proc)
+            proc.send_signal(signal.SIGHUP)
+            assert proc.wait(60) == 0, proc.stderr.read()
+            assert not _open(exported["PULSAR_TXN_METASTORE"])
+            assert not _open(exported["PULSAR_TXN_SERVICE_URL"])
+        else:
+            proc.send_signal(signal.SIGTERM)  # its first service is up, the rest starting
+            assert proc.wait(60) in (0, 130), proc.stderr.read()
+        assert children and not [pid for pid in children if _alive(pid)], children
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def _children_once_started(proc: subprocess.Popen, timeout: float = 60) -> list[int]:
+    """The processes ``proc`` started so far, once there is at least one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                               text=True).stdout.split()
+        if found:
+            return [int(p) for p in found]
+        time.sleep(0.05)
+    raise AssertionError("pulsar-txn dev started no service")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie has ended
+    except OSError:
+        return False

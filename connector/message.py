@@ -8,6 +8,8 @@ that is also callable, returning itself (or the native id), as the method would.
 
 from __future__ import annotations
 
+import functools
+
 from pulsar_txn.records import PROTOCOL_PREFIX, Position
 
 
@@ -27,11 +29,13 @@ class Properties(dict):
         return self
 
 
+@functools.total_ordering
 class MessageIdRef:
     """The broker's message id, read like pulsar-client's (``ledger_id()``, ``entry_id()``,
-    ``serialize()`` …). Calling it returns the native ``MessageId`` that pulsar-client's
-    own calls take (``Consumer.acknowledge``, ``Reader.seek``): never one rebuilt from
-    numbers, which would acknowledge a batched entry whole."""
+    ``serialize()`` …) and ordered like it. Calling it returns the native ``MessageId``
+    that pulsar-client's own calls take (``Consumer.acknowledge``, ``Reader.seek``): pass
+    ``m.message_id()`` there, never one rebuilt from numbers, which would acknowledge a
+    batched entry whole."""
 
     __slots__ = ("_native",)
 
@@ -42,13 +46,28 @@ class MessageIdRef:
         return self._native
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_native":  # copy/pickle probe a bare object
+            raise AttributeError(name)
         return getattr(self._native, name)
 
+    def __copy__(self) -> MessageIdRef:
+        return self
+
+    def __deepcopy__(self, memo) -> MessageIdRef:
+        return self
+
+    def _other(self, other):
+        if isinstance(other, MessageIdRef):
+            return other._native
+        return other if isinstance(other, type(self._native)) else None
+
     def __eq__(self, other) -> bool:
-        return self._native == (other() if isinstance(other, MessageIdRef) else other)
+        o = self._other(other)
+        return NotImplemented if o is None else self._native == o
 
     def __lt__(self, other) -> bool:
-        return self._native < (other() if isinstance(other, MessageIdRef) else other)
+        o = self._other(other)
+        return NotImplemented if o is None else self._native < o
 
     def __hash__(self) -> int:
         return hash((self._native.ledger_id(), self._native.entry_id(),

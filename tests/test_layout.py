@@ -306,10 +306,11 @@ def test_no_function_is_over_the_size_guard_without_a_named_reason():
 
 
 def test_every_send_async_speaks_pulsar_clients_argument_order():
-    """One send vocabulary (issue 32): ``send_async(value, callback, …, properties=…)``
-    as pulsar-client's ``Producer.send_async(content, callback, properties=…)``, for the
-    client API's producers and the writer-runs under them (a positional call of one
-    must mean the same in every other)."""
+    """One send vocabulary (issue 32): ``send_async(value, callback, …)`` as
+    pulsar-client's ``Producer.send_async(content, callback, …)``, for the client API's
+    producers and the writer-runs under them: the two positional arguments everyone
+    passes mean the same everywhere (the rest go by keyword: the producers take ``key``
+    third, as the client API's ``send`` does, the runs ``properties``)."""
     import inspect
 
     from pulsar_txn.producer import Producer

@@ -68,3 +68,13 @@ def test_todays_attributes_keep_working():
     assert m.message_id.ledger_id() == _pulsar.MessageId.earliest.ledger_id()
     assert m.publish_time_ms == 1000 and m.event_time_ms == 2000
     assert {m.value: 1}[b"payload"] == 1  # hashes as bytes
+
+
+def test_the_message_id_attribute_copies_and_orders_like_pulsar_clients():
+    import copy
+
+    m = _msg()
+    ref = m.message_id
+    assert copy.copy(ref) == ref and copy.deepcopy(ref) == ref
+    assert ref <= m.message_id() and ref >= m.message_id() and not ref < ref
+    assert (ref == "not an id") is False

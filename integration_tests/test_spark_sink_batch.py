@@ -83,3 +83,24 @@ def test_sink_rejects_bad_options_naming_them(spark, broker, redis_server, names
             "pulsar.producer.nonsense", "1").mode("append").save()
     with pytest.raises(Exception, match="set option 'topic'"):
         _writer(df, broker, redis_server, namespace).mode("append").save()
+
+
+def test_a_named_streaming_query_writes_through_the_sink(spark, client, broker, redis_server,
+                                                         namespace, topic_name, tmp_path):
+    """``writeStream.queryName(…)`` hands ``queryName`` to the sink's options (Spark
+    keeps it there): Spark's own, accepted like ``checkpointLocation`` (it was refused
+    as an unknown option)."""
+    from spark_helpers import write_inputs
+
+    from pulsar_txn.client import read_all
+
+    topic, expected = topic_name("named"), write_inputs(tmp_path / "in", 1, 5)
+    q = (spark.readStream.schema("id long, payload string").json(str(tmp_path / "in"))
+         .selectExpr("payload AS value").writeStream.format("pulsar-txn")
+         .queryName(f"named_{tmp_path.name}")
+         .option("service.url", broker.service_url).option("metastore.url", redis_server.url)
+         .option("metastore.namespace", namespace).option("topic", topic)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    assert Counter(m.value for m in read_all(client.create_reader(topic), 1500)) == expected

@@ -111,8 +111,9 @@ class PulsarTxnDataSource(DataSource):
     sink.fault : —
         Test seam for crash injection (``pulsar_txn.spark.faults``); never set in
         production.
-    checkpointLocation, path : —
-        Spark's own; ``path`` is an alias of ``topic`` for ``save(path)``.
+    checkpointLocation, path, queryName : —
+        Spark's own; ``path`` is an alias of ``topic`` for ``save(path)``; ``queryName``
+        is what ``writeStream.queryName(…)`` passes.
 
     Input columns: ``value`` (binary or string, required), ``key`` (string or binary),
     ``properties`` (map<string,string>), ``eventTime`` (timestamp), ``topic`` (string).
@@ -182,7 +183,7 @@ class PulsarTxnDataSource(DataSource):
     pulsar.reader.<name> : ``receiver_queue_size`` 2000
         ``receiver_queue_size``, ``reader_name``, ``subscription_role_prefix`` of the
         data readers (compacted reads are refused: they would break stable replay).
-    checkpointLocation, path : —
+    checkpointLocation, path, queryName : —
         Spark's own; ``path`` is an alias of ``topic`` for ``load(path)``.
 
     ``Trigger.AvailableNow`` is supported (the target is the gate when the query

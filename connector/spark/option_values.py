@@ -55,7 +55,7 @@ DOCUMENTED = {n.lower(): n for n in (
     "pulsar.client.authPluginClassName", "pulsar.client.authParams",
     "startingOffsets", "endingOffsets", "maxRecordsPerTrigger", "maxBytesPerTrigger",
     "minRecordsPerTrigger", "maxTriggerDelay", "startingTimestamp", "failOnDataLoss",
-    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation",
+    "dataTimeoutMs", "minPartitions", "topicsPattern", "checkpointLocation", "queryName",
     "read.foreignDeployments")}
 
 

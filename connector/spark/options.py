@@ -37,7 +37,7 @@ from pulsar_txn.spark.option_values import (
 from pulsar_txn.topics import is_scalable, normalize_any, normalize_scalable, normalize_topic
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
-SPARK = {"path", "checkpointlocation"}
+SPARK = {"path", "checkpointlocation", "queryname"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace",
           "pulsar.client.authpluginclassname", "pulsar.client.authparams"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",

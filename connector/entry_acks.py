@@ -143,3 +143,40 @@ class EntryAcks:
                     "where it was not foreseen, or a message was refused without a "
                     "callback): the outcome of the rest is unknown"]
         return []
+
+
+def send_columns(producer, values: list, keys: list | None, properties: list | None,
+                 event_times: list | None, base: dict, done, entries: EntryAcks | None,
+                 start: int = 0) -> None:
+    """Build and send ``values[start:]`` natively and in order: the one hot loop of the
+    Spark sink's runs, transactional or not. ``base``: the properties every message
+    carries (the transaction's; the usual one set by name, cheaper than a map), under a
+    message's own; ``entries``: a callback only on the message that ends each entry,
+    else ``done`` on every one. ``keys``/``properties``/``event_times``: per message,
+    or None for none. Skips pulsar-client's per-call wrapper (argument checks)."""
+    import _pulsar
+
+    native, builder, n = producer._producer, _pulsar.MessageBuilder, len(values)
+    one = next(iter(base.items())) if len(base) == 1 else None
+    ends: set | tuple = ()
+    callback = None
+    if entries is not None:
+        ends = {start + e for e in entries.ends([len(v) for v in values[start:]])}
+        seq0 = entries.sent - start  # the run's number of values[start] is seq0 + start
+        entries.sent += n - start
+        callback, done = entries.callback, None
+    for j in range(start, n):
+        mb = builder()
+        mb.content(values[j])
+        extra = properties[j] if properties is not None else None
+        if extra:
+            mb.properties({**extra, **base} if base else extra)
+        elif one is not None:
+            mb.property(*one)
+        elif base:
+            mb.properties(base)
+        if keys is not None and keys[j]:
+            mb.partition_key(keys[j])
+        if event_times is not None and event_times[j]:
+            mb.event_timestamp(event_times[j])
+        native.send_async(mb.build(), callback(seq0 + j) if j in ends else done)

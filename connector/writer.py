@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pulsar
 
-from pulsar_txn.entry_acks import EntryAcks
+from pulsar_txn.entry_acks import EntryAcks, send_columns
 from pulsar_txn.errors import AppendFailed, DeploymentChanged, SegmentSealed
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import Position, TxnId, txn_properties
@@ -202,8 +202,6 @@ class WriterRun:
         user properties, or the three-property form, gets one merged map).
         ``keys``/``properties``/``event_times``: per message, or None for none.
         """
-        import _pulsar
-
         n, i = len(values), 0
         while i < n and self.first is None:
             kw = {}
@@ -219,35 +217,13 @@ class WriterRun:
             i += 1
         if i >= n:
             return
-        native, base, builder = self.producer._producer, self._txn_props, _pulsar.MessageBuilder
-        # the usual one protocol property, set by name: a map per message costs the
-        # conversion of a dict, a little more (docs/benchmarks.md, message_build)
-        one = next(iter(base.items())) if len(base) == 1 else None
-        entries = self._entries
-        if entries is None:
+        if self._entries is None:
             self._expect(n - i)
-            ends, callback, done = (), None, self._acked
-        else:  # a callback only on the message that ends each entry (entry_acks)
-            ends = {i + e for e in entries.ends([len(v) for v in values[i:]])}
-            seq0 = entries.sent - i  # the run's number of values[i] is seq0 + i
-            entries.sent += n - i
-            callback, done = entries.callback, None
         try:
-            for j in range(i, n):
-                mb = builder()
-                mb.content(values[j])
-                extra = properties[j] if properties is not None else None
-                if extra or one is None:
-                    mb.properties({**extra, **base} if extra else base)
-                else:
-                    mb.property(*one)
-                if keys is not None and keys[j]:
-                    mb.partition_key(keys[j])
-                if event_times is not None and event_times[j]:
-                    mb.event_timestamp(event_times[j])
-                native.send_async(mb.build(), callback(seq0 + j) if j in ends else done)
+            send_columns(self.producer, values, keys, properties, event_times,
+                         self._txn_props, self._acked, self._entries, start=i)
         except BaseException as e:
-            self._raised(e)  # message j may be queued or not; none after it is
+            self._raised(e)  # a message may be queued or not; none after it is
             raise
 
     def _send_flushed(self, value: bytes, properties: dict | None, kw: dict) -> None:

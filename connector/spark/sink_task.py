@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import timezone
 
-import _pulsar
 import pulsar
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +25,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pulsar_txn.broker_io import partitions_of
 from pulsar_txn.connection import naming
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.entry_acks import EntryAcks
+from pulsar_txn.entry_acks import EntryAcks, send_columns
 from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
@@ -138,27 +137,12 @@ class _PlainRun:
 
     def send_many(self, values: list, keys: list | None = None,
                   properties: list | None = None, event_times: list | None = None) -> None:
-        """Like WriterRun.send_many, without a transaction."""
-        native, done, builder = self.producer._producer, self._done, _pulsar.MessageBuilder
-        entries, ends, callback = self._entries, (), None
-        if entries is not None:  # a callback only on the message ending each entry
-            if not self._flushed:  # the per-entry numbering starts from an empty batch
-                self.producer.flush()
-                self._flushed = True
-            ends = set(entries.ends([len(v) for v in values]))
-            seq0 = entries.sent
-            entries.sent += len(values)
-            callback, done = entries.callback, None
-        for j in range(len(values)):
-            mb = builder()
-            mb.content(values[j])
-            if properties is not None and properties[j]:
-                mb.properties(properties[j])
-            if keys is not None and keys[j]:
-                mb.partition_key(keys[j])
-            if event_times is not None and event_times[j]:
-                mb.event_timestamp(event_times[j])
-            native.send_async(mb.build(), callback(seq0 + j) if j in ends else done)
+        """Like WriterRun.send_many, without a transaction (the same loop)."""
+        if self._entries is not None and not self._flushed:
+            self.producer.flush()  # the per-entry numbering starts from an empty batch
+            self._flushed = True
+        send_columns(self.producer, values, keys, properties, event_times, {}, self._done,
+                     self._entries)
 
     def flush(self, timeout_s: float = 120.0) -> None:
         self.producer.flush()
@@ -277,117 +261,139 @@ _BATCHING = {"batching_enabled", "batching_max_messages", "batching_max_allowed_
              "block_if_queue_full", "chunking_enabled"}
 
 
-def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
-               writer: str, store) -> tuple[list[str], int]:
-    """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
-    RESOURCES.begin_task()
-    client = RESOURCES.client(opts)  # kept for the worker's later tasks, like producers
-    txn = None
-    if txn_id is not None:  # the batch's transaction: the driver ends it, never a task
-        if store.get_header(txn_id) is None:
-            raise TxnNotFound(f"transaction {txn_id} not found")
-        txn = Transaction.join(store, txn_id)
-    producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
-                   "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
-                   "max_pending_messages": 10_000, **opts.producer}
-    runs: dict = {}  # topic -> its WriterRun (or _PlainRun)
-    per_entry: list[EntryAcks] = []
-    partitioned: dict[str, list[str]] = {}
+class _TaskWrites:
+    """A sink task's writes: a writer-run per plain topic (or partition) on the worker's
+    kept producers, a router for ``topic://`` targets, and the per-entry outcomes the
+    runs learn. ``txn`` None: plain appends (``transactional=false``)."""
 
-    def run_for(topic: str, whole_columns: bool = False):
+    def __init__(self, opts: SinkOptions, store, txn: Transaction | None, writer: str) -> None:
+        self.opts, self.store, self.txn, self.writer = opts, store, txn, writer
+        self.client = RESOURCES.client(opts)  # kept for the worker's later tasks
+        self.producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
+                            "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
+                            "max_pending_messages": 10_000, **opts.producer}
+        self.runs: dict = {}  # topic -> its WriterRun (or _PlainRun)
+        self.per_entry: list[EntryAcks] = []
+        self.partitioned: dict[str, list[str]] = {}
+        self.scalable: _ScalableWrites | None = None
+        self.default_topic = normalize_any(opts.topic) if opts.topic else None
+
+    def run_for(self, topic: str, whole_columns: bool = False):
         """This task's writer-run on a plain topic, on the worker's kept producer.
         ``whole_columns``: every row of the task goes to this topic by ``send_many``, so
         the run may learn outcomes per entry, on a producer of its own kind."""
-        run = runs.get(topic)
+        run = self.runs.get(topic)
         if run is None:
-            kw = producer_kw
-            if whole_columns and RESOURCES.per_entry_acks and not opts.producer.keys() & _BATCHING:
-                kw = {**producer_kw, **PER_ENTRY_PRODUCER}
-            with naming(opts.service_url, what=f"creating a producer on {topic}"):
-                producer = RESOURCES.producer(opts, topic, kw)
-            run = runs[topic] = (_PlainRun(producer) if txn is None else
-                                 txn.run_for(topic, writer, producer))
-            if kw is not producer_kw:
-                per_entry.append(run.acknowledge_per_entry(
+            kw = self.producer_kw
+            if (whole_columns and RESOURCES.per_entry_acks
+                    and not self.opts.producer.keys() & _BATCHING):
+                kw = {**kw, **PER_ENTRY_PRODUCER}
+            with naming(self.opts.service_url, what=f"creating a producer on {topic}"):
+                producer = RESOURCES.producer(self.opts, topic, kw)
+            run = self.runs[topic] = (_PlainRun(producer) if self.txn is None else
+                                      self.txn.run_for(topic, self.writer, producer))
+            if kw is not self.producer_kw:
+                self.per_entry.append(run.acknowledge_per_entry(
                     kw["batching_max_messages"], kw["batching_max_allowed_size_in_bytes"]))
         return run
 
-    def partitions(topic: str) -> list[str]:
-        split = partitioned.get(topic)
+    def partitions(self, topic: str) -> list[str]:
+        split = self.partitioned.get(topic)
         if split is None:
-            with naming(opts.service_url, what=f"looking up {topic}"):
-                split = partitioned[topic] = partitions_of(client, topic)
+            with naming(self.opts.service_url, what=f"looking up {topic}"):
+                split = self.partitioned[topic] = partitions_of(self.client, topic)
         return split
 
-    scalable: _ScalableWrites | None = None
-    rows = 0
-    try:
-        default_topic = normalize_any(opts.topic) if opts.topic else None
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            refuse_reserved(batch, roles)
-            if (default_topic is not None and not default_topic.startswith("topic://")
-                    and len(partitions(default_topic)) == 1):
-                # the common case, one plain topic: whole columns, no per-row routing
-                run_for(default_topic, whole_columns=True).send_many(*wire_columns(batch, roles))
-                rows += n
-                continue
-            cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
-            values = cols["value"]
-            keys = cols.get("key")
-            props = cols.get("properties")
-            times = cols.get("eventtime")
-            topics = cols.get("topic")
-            for i in range(n):
-                v = values[i]
-                if v is None:
-                    raise ConfigError("column 'value' is null in a row; the pulsar-txn sink "
-                                      "needs a value for every row")
-                if isinstance(v, str):
-                    v = v.encode()
-                topic = default_topic or normalize_any(topics[i])
-                kw = {}
-                if keys is not None and keys[i] is not None:
-                    k = keys[i]
-                    kw["partition_key"] = k.decode() if isinstance(k, bytes) else k
-                if times is not None and times[i] is not None:
-                    t = times[i]
-                    if t.tzinfo is None:
-                        t = t.replace(tzinfo=timezone.utc)
-                    kw["event_timestamp"] = int(t.timestamp() * 1000)
-                p = dict(props[i]) if props is not None and props[i] else None
-                if topic.startswith("topic://"):
-                    if scalable is None:
-                        scalable = _ScalableWrites(opts, client, store, txn, writer,
-                                                   producer_kw)
-                    scalable.send(topic, v, kw.get("partition_key"), p,
-                                  kw.get("event_timestamp"))
-                    continue
-                split = partitions(topic)
-                if len(split) > 1:  # a partitioned topic: one writer-run per partition
-                    topic = split[partition_for(kw.get("partition_key"), len(split), rows + i)]
-                run_for(topic).send_async(v, properties=p, **kw)
-            rows += n
-        for run in runs.values():
+    def write(self, batch, roles: dict[str, str], rows_before: int) -> None:
+        """One Arrow batch: whole columns to the one plain topic (the common case), or
+        row by row where rows are routed (a topic column, partitions, ``topic://``)."""
+        t = self.default_topic
+        if t is not None and not t.startswith("topic://") and len(self.partitions(t)) == 1:
+            self.run_for(t, whole_columns=True).send_many(*wire_columns(batch, roles))
+            return
+        cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
+        values, keys, props = cols["value"], cols.get("key"), cols.get("properties")
+        times, topics = cols.get("eventtime"), cols.get("topic")
+        for i in range(batch.num_rows):
+            v = values[i]
+            if v is None:
+                raise ConfigError("column 'value' is null in a row; the pulsar-txn sink "
+                                  "needs a value for every row")
+            kw = _row_kwargs(keys[i] if keys is not None else None,
+                             times[i] if times is not None else None)
+            self.route(t or normalize_any(topics[i]), v.encode() if isinstance(v, str) else v,
+                       dict(props[i]) if props is not None and props[i] else None, kw,
+                       rows_before + i)
+
+    def route(self, topic: str, value: bytes, props: dict | None, kw: dict, row: int) -> None:
+        if topic.startswith("topic://"):
+            if self.scalable is None:
+                self.scalable = _ScalableWrites(self.opts, self.client, self.store, self.txn,
+                                                self.writer, self.producer_kw)
+            self.scalable.send(topic, value, kw.get("partition_key"), props,
+                               kw.get("event_timestamp"))
+            return
+        split = self.partitions(topic)
+        if len(split) > 1:  # a partitioned topic: one writer-run per partition
+            topic = split[partition_for(kw.get("partition_key"), len(split), row)]
+        self.run_for(topic).send_async(value, properties=props, **kw)
+
+    def finish(self) -> list[str]:
+        """Wait for every append; the segments written."""
+        for run in self.runs.values():
             run.flush()
-        segments = sorted(runs)
-        if scalable is not None:
-            segments = sorted(set(segments) | set(scalable.flush()))
-        return segments, rows
-    except BaseException:
-        RESOURCES.discard([run.producer for run in runs.values()])  # sends of unknown outcome
-        if any(e.unforeseen for e in per_entry):
+        segments = set(self.runs)
+        if self.scalable is not None:
+            segments |= set(self.scalable.flush())
+        return sorted(segments)
+
+    def failed(self) -> None:
+        RESOURCES.discard([run.producer for run in self.runs.values()])  # unknown outcomes
+        if any(e.unforeseen for e in self.per_entry):
             # the producer cut its batches where this version did not foresee: this
             # worker's later tasks hear of every message (Spark writes this one again)
             RESOURCES.per_entry_acks = False
             log.warning("a producer's batches did not end where expected; this Python "
                         "worker's sink tasks now take one callback per message (slower)")
+
+    def close(self) -> None:
+        if self.scalable is not None:
+            self.scalable.close()
+
+
+def _row_kwargs(key, event_time) -> dict:
+    kw = {}
+    if key is not None:
+        kw["partition_key"] = key.decode() if isinstance(key, bytes) else key
+    if event_time is not None:
+        if event_time.tzinfo is None:
+            event_time = event_time.replace(tzinfo=timezone.utc)
+        kw["event_timestamp"] = int(event_time.timestamp() * 1000)
+    return kw
+
+
+def write_rows(opts: SinkOptions, roles: dict[str, str], batches, txn_id: TxnId | None,
+               writer: str, store) -> tuple[list[str], int]:
+    """Append every row of the Arrow batches under ``txn_id`` as ``writer`` (None: plain)."""
+    RESOURCES.begin_task()
+    txn = None
+    if txn_id is not None:  # the batch's transaction: the driver ends it, never a task
+        if store.get_header(txn_id) is None:
+            raise TxnNotFound(f"transaction {txn_id} not found")
+        txn = Transaction.join(store, txn_id)
+    writes, rows = _TaskWrites(opts, store, txn, writer), 0
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                refuse_reserved(batch, roles)
+                writes.write(batch, roles, rows)
+                rows += batch.num_rows
+        return writes.finish(), rows
+    except BaseException:
+        writes.failed()
         raise
     finally:
-        if scalable is not None:
-            scalable.close()
+        writes.close()
 
 
 def _writer_id(ctx) -> str:

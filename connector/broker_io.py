@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 
 from pulsar_txn.errors import BrokerUnavailable, DataLoss, ProbeFailed
-from pulsar_txn.records import BEFORE, END_OF_LEDGER, Pos, pos_text
+from pulsar_txn.records import BEFORE, END_OF_LEDGER, Position
 
 log = logging.getLogger(__name__)
 
@@ -307,10 +307,13 @@ def batch_size(message_id) -> int | None:
     return None
 
 
-def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
+_new = tuple.__new__  # a Position without NamedTuple's keyword handling: per message
+
+
+def scan(client, segment: str, start: Position, end: Position, timeout_ms: int = 30_000,
          fail_on_data_loss: bool = True, reader: dict | None = None,
          batch_end_wait_ms: int = BATCH_END_WAIT_MS,
-         kept=None, kept_drop_limit: int = KEPT_DROP_LIMIT) -> Iterator[tuple[Pos, object]]:
+         kept=None, kept_drop_limit: int = KEPT_DROP_LIMIT) -> Iterator[tuple[Position, object]]:
     """Yield (position, native message) for start < position <= end, in order.
 
     Starts the reader *inclusively* at the start entry and filters (``_open_reader``).
@@ -357,7 +360,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
                 return
             reopened = False
             m = raw.message_id()
-            pos = (m.ledger_id(), m.entry_id(), m.batch_index())
+            pos = _new(Position, (m.ledger_id(), m.entry_id(), m.batch_index()))
             if last is not None and pos <= last:
                 continue  # a redelivery (pulsar-lite duplicates unbatched topics)
             last = pos
@@ -388,7 +391,7 @@ def scan(client, segment: str, start: Pos, end: Pos, timeout_ms: int = 30_000,
             _close_quietly(reader)
 
 
-def _reopened(client, segment: str, settings: dict, reader, last: Pos | None, start: Pos,
+def _reopened(client, segment: str, settings: dict, reader, last: Position | None, start: Position,
               reconnects: int, error: Exception):
     """A connection the broker dropped (a restart, a glitch): a new reader where the scan
     is, a few times in a row, rather than fail the whole task."""
@@ -396,13 +399,13 @@ def _reopened(client, segment: str, settings: dict, reader, last: Pos | None, st
         raise BrokerUnavailable(f"{segment}: the reader lost its connection "
                                 f"{reconnects} times ({error})") from error
     log.warning("%s: reader disconnected (%s); reading on from %s", segment, error,
-                pos_text(last or start))
+                Position.text(last or start))
     _close_quietly(reader)
     return _open_reader(client, segment, (last[0], last[1], -1) if last is not None else start,
                         settings)
 
 
-def _open_reader(client, segment: str, at: Pos, settings: dict):
+def _open_reader(client, segment: str, at: Position, settings: dict):
     """A reader that starts at entry ``at`` (inclusive; the scan filters what lies before
     ``start``): never a seek, which pulsar-lite cannot do."""
     import pulsar
@@ -418,13 +421,13 @@ def _open_reader(client, segment: str, at: Pos, settings: dict):
                                 **settings)
 
 
-def _end_entry_read(pos: Pos, end: Pos, end_size: int | None) -> bool:
+def _end_entry_read(pos: Position, end: Position, end_size: int | None) -> bool:
     """Whether ``pos``, a message of the end entry, leaves nothing of the range unread:
     it is ``end`` itself, an unbatched entry, or the entry's last batched message."""
     return pos == end or pos[2] < 0 or bool(end_size and pos[2] >= end_size - 1)
 
 
-def _silence_ends_scan(client, segment: str, start: Pos, end: Pos, last: Pos | None,
+def _silence_ends_scan(client, segment: str, start: Position, end: Position, last: Position | None,
                        at_end_entry: bool, end_size: int | None, wait: int, timeout_ms: int,
                        connected: bool, fail_on_data_loss: bool) -> bool:
     """Nothing arrived within ``wait``: outage, stall, loss, or the end of the range?
@@ -440,13 +443,13 @@ def _silence_ends_scan(client, segment: str, start: Pos, end: Pos, last: Pos | N
     if at_end_entry:  # its size is known and messages of it are missing
         raise BrokerUnavailable(
             f"{segment}: entry {end_ledger}:{end_entry} holds {end_size} "
-            f"messages but none after {pos_text(last or start)} arrived within "
+            f"messages but none after {Position.text(last or start)} arrived within "
             f"{wait} ms; the range is not skipped: it is read again") from None
     if not connected:  # an outage, not lost data: never skipped
         raise BrokerUnavailable(
             f"{segment}: the broker was unreachable for {timeout_ms} ms while "
-            f"reading after {pos_text(last or start)} up to the planned "
-            f"{pos_text(end)}; "
+            f"reading after {Position.text(last or start)} up to the planned "
+            f"{Position.text(end)}; "
             "the range is not skipped (whatever failOnDataLoss says): it is "
             "read again once the broker is back") from None
     # connected, yet nothing came: lost only if the topic now ends at or
@@ -457,16 +460,16 @@ def _silence_ends_scan(client, segment: str, start: Pos, end: Pos, last: Pos | N
         lac = last_entry_strict(client, segment)
     except ProbeFailed as e:
         raise BrokerUnavailable(
-            f"{segment}: no entry after {pos_text(at)} within {timeout_ms} ms and the "
+            f"{segment}: no entry after {Position.text(at)} within {timeout_ms} ms and the "
             f"broker cannot say whether the data still exists ({e}); the range "
             "is not skipped") from None
     if lac is not None and lac > (at[0], at[1]):
         raise BrokerUnavailable(
-            f"{segment}: entries after {pos_text(at)} exist (the last is "
+            f"{segment}: entries after {Position.text(at)} exist (the last is "
             f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
             "range is not skipped: it is read again") from None
-    msg = (f"{segment}: no entry after {pos_text(at)} within {timeout_ms} "
-           f"ms although {pos_text(end)} was planned, and the topic now ends "
+    msg = (f"{segment}: no entry after {Position.text(at)} within {timeout_ms} "
+           f"ms although {Position.text(end)} was planned, and the topic now ends "
            f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
            "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
            "lost ranges.")

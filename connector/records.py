@@ -6,6 +6,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from .errors import ConfigError, InvalidTxnId
 from .state import TxnState
@@ -114,13 +115,29 @@ def in_id_space(txn_id: TxnId, partitions: int) -> bool:
     return 0 <= txn_id.partition < partitions and 1 <= txn_id.seq <= MAX_SEQ
 
 
-@dataclass(frozen=True, order=True)
-class Position:
-    """An entry of a segment: (ledgerId, entryId). Batch index is kept for acks only."""
+class Position(NamedTuple):
+    """A message of a segment: (ledgerId, entryId, batchIndex), batch -1 = the entry as
+    a whole (or before its first batched message, as a range bound). The one position
+    type: a named tuple, so positions compare and hash in C, and a plain 3-tuple of the
+    same numbers is equal to it. Two codecs: ``text``/``parse`` (the checkpoint's
+    ``l:e:b``, kept byte-identical) and ``encode``/``decode`` (the store's fixed-width
+    hex). The native ``MessageId`` stays inside the broker-I/O edge (``of``)."""
 
     ledger: int
     entry: int
     batch: int = -1
+
+    def text(self) -> str:
+        """``l:e:b`` with the batch always written: Spark's checkpoints hold this text."""
+        return f"{self[0]}:{self[1]}:{self[2]}"
+
+    @classmethod
+    def parse(cls, s: str) -> Position:
+        """``l:e`` or ``l:e:b`` (``text`` and ``str`` forms, the DAG's segment ends)."""
+        parts = s.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"position {s!r} is not ledgerId:entryId[:batchIndex]")
+        return cls(*(int(p) for p in parts))
 
     def encode(self) -> str:
         """Fixed-width hex (32 chars) so the store's lexicographic order is numeric order."""
@@ -146,34 +163,14 @@ class Position:
         return Position(self.ledger - 1, END_OF_LEDGER) if self.ledger > 0 else BEFORE_EARLIEST
 
     def __str__(self) -> str:
+        """``l:e``, with ``:b`` only for a batched message (logs, the DAG's ends)."""
         return f"{self.ledger}:{self.entry}" + (f":{self.batch}" if self.batch >= 0 else "")
-
-    @classmethod
-    def parse(cls, s: str) -> Position:
-        parts = s.split(":")
-        if len(parts) not in (2, 3):
-            raise ValueError(f"position {s!r} is not ledgerId:entryId[:batchIndex]")
-        return cls(*(int(p) for p in parts))
 
 
 BEFORE_EARLIEST = Position(-1, -1)
 WHOLE_ENTRY = 2**31 - 1  # a batch index above every real one: "the whole entry"
 END_OF_LEDGER = 2**63 - 1  # an entry id after every entry of its ledger
-
-# A range bound in the hot paths (scans, Spark offsets): a plain tuple, so bounds
-# compare and hash without objects. Same text as Position: ledgerId:entryId:batch.
-Pos = tuple[int, int, int]
-BEFORE: Pos = (-1, -1, -1)  # before the first message of a segment
-
-
-def pos_text(p: Pos) -> str:
-    return f"{p[0]}:{p[1]}:{p[2]}"
-
-
-def parse_pos(s: str) -> Pos:
-    """The inverse of ``pos_text`` (Spark checkpoints hold this text: keep it stable)."""
-    a, b, c = (int(x) for x in s.split(":"))
-    return (a, b, c)
+BEFORE = BEFORE_EARLIEST  # a range bound: before the first message of a segment
 
 
 @dataclass(frozen=True)

@@ -137,3 +137,21 @@ def test_a_writer_id_the_property_cannot_carry_is_refused():
 def test_a_malformed_protocol_property_is_never_one_of_ours(props, classify):
     t, _ = classify(props, "dep1")
     assert _never_ours(t)
+
+
+def test_the_checkpoint_text_of_a_position_is_byte_identical():
+    """Spark checkpoints hold offsets as this text: one codec, pinned (issue 32)."""
+    from pulsar_txn.records import BEFORE, WHOLE_ENTRY, Position
+    from pulsar_txn.spark.offsets import from_offset, to_offset
+
+    positions = {"persistent://public/default/orders": Position(12, 345, WHOLE_ENTRY),
+                 "persistent://public/default/b": BEFORE,
+                 "persistent://public/default/c": Position(7, 0, 3)}
+    text = to_offset(positions)
+    assert text == {"persistent://public/default/b": "-1:-1:-1",
+                    "persistent://public/default/c": "7:0:3",
+                    "persistent://public/default/orders": "12:345:2147483647"}
+    back = from_offset(text)
+    assert back == positions and all(type(p) is Position for p in back.values())
+    assert to_offset({"t": (12, 345, WHOLE_ENTRY)}) == {"t": "12:345:2147483647"}
+    assert str(Position(12, 345)) == "12:345" and Position.parse("12:345") == (12, 345, -1)

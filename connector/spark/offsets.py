@@ -17,19 +17,20 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from pulsar_txn.records import BEFORE, WHOLE_ENTRY, Pos
-from pulsar_txn.records import parse_pos as decode
-from pulsar_txn.records import pos_text as encode
+from pulsar_txn.records import BEFORE, WHOLE_ENTRY, Position
 
-__all__ = ["BEFORE", "WHOLE_ENTRY", "Pos", "SegmentPartition", "decode", "encode",
+encode = Position.text  # the checkpoint's text of a position (kept byte-identical)
+decode = Position.parse
+
+__all__ = ["BEFORE", "WHOLE_ENTRY", "Position", "SegmentPartition", "decode", "encode",
            "entries_between", "from_offset", "plan_partitions", "to_offset"]
 
 
-def to_offset(positions: dict[str, Pos]) -> dict:
+def to_offset(positions: dict[str, Position]) -> dict:
     return {t: encode(p) for t, p in sorted(positions.items())}
 
 
-def from_offset(offset: dict) -> dict[str, Pos]:
+def from_offset(offset: dict) -> dict[str, Position]:
     return {t: decode(v) for t, v in offset.items()}
 
 
@@ -41,7 +42,7 @@ class SegmentPartition(InputPartition):
     topic: str = ""  # what the user reads: topic:// for a scalable topic's segment
 
 
-def entries_between(end: Pos, lac: tuple[int, int]) -> int:
+def entries_between(end: Position, lac: tuple[int, int]) -> int:
     """Entries after ``end`` up to ``lac``: exact within a ledger (entry ids are dense);
     across ledgers, the entries of the last ledger (a lower bound)."""
     if (end[0], end[1]) >= lac:
@@ -68,7 +69,8 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _split(start: Pos, end: Pos, pieces: int, min_entries: int = 1) -> list[tuple[Pos, Pos]]:
+def _split(start: Position, end: Position, pieces: int,
+           min_entries: int = 1) -> list[tuple[Position, Position]]:
     """Split (start, end] into up to ``pieces`` ranges by entry id, within one ledger,
     none of fewer than ``min_entries`` entries (when that is asked).
 

@@ -24,6 +24,7 @@ from pulsar_txn.connection import (
 )
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.metastore.redis_url import redact_url
+from pulsar_txn.records import Position
 from pulsar_txn.spark.option_values import (
     FOREIGN_LOWER,
     JAVA_CLIENT_NAMES,
@@ -217,19 +218,15 @@ class SinkOptions:
         )
 
 
-def _position(raw: str, key: str) -> tuple[int, int, int]:
-    parts = str(raw).split(":")
+def _position(raw: str, key: str) -> Position:
     try:
-        vals = [int(x) for x in parts]
+        return Position.parse(str(raw))
     except ValueError:
-        vals = []
-    if len(vals) not in (2, 3):
         raise ConfigError(f"option {shown(key)!r}: position {raw!r} must be "
-                          "'ledgerId:entryId[:batch]'")
-    return (vals[0], vals[1], vals[2] if len(vals) == 3 else -1)
+                          "'ledgerId:entryId[:batch]'") from None
 
 
-def _offsets(opts: dict[str, str], key: str) -> str | dict[str, tuple[int, int, int]] | None:
+def _offsets(opts: dict[str, str], key: str) -> str | dict[str, Position] | None:
     """'earliest' | 'latest' | JSON {"topic": "ledgerId:entryId[:batch]"} (last entry read)."""
     raw = opts.get(key)
     if raw is None or raw == "":

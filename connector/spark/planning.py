@@ -27,7 +27,7 @@ from pulsar_txn.metastore import open_store
 from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY, Position
 from pulsar_txn.scalable.admin import ScalableTopics, read_layout
 
-from .offsets import BEFORE, Pos
+from .offsets import BEFORE
 from .options import SourceOptions, client_kwargs
 
 log = logging.getLogger("pulsar_txn.spark.source")  # the name users configure: kept
@@ -39,7 +39,7 @@ class Unit:
 
     topic: str
     segment: str
-    cap: Pos | None = None         # a sealed segment's end: never plan past it
+    cap: Position | None = None         # a sealed segment's end: never plan past it
     lac: tuple[int, int] | None = None  # known last entry (sealed: its end), else probed
     hold: bool = False             # sealed, end not fixed yet: do not advance
 
@@ -47,7 +47,7 @@ class Unit:
 _SEGMENT = re.compile(r"^persistent://(.+)-seg-(\d+)$")
 
 
-def complete(seg, pos: Pos) -> bool:
+def complete(seg, pos: Position) -> bool:
     """A sealed segment read up to its fixed end: its children may be planned."""
     if seg.active or seg.end is None:
         return False
@@ -82,7 +82,7 @@ class Planner:
         self._partitions: dict[str, list[str]] = {}
         self._completing: dict[str, float] = {}
         self._consumers: dict[str, bool] = {}  # segments whose subscription exists
-        self._acked: dict[str, Pos] = {}
+        self._acked: dict[str, Position] = {}
         self.coordinator = TransactionCoordinator(self.store, materialize_inline=True)
         self.buffer = TransactionBuffer(self.store)  # ended txns' writes hold no gate
         self._scalable: ScalableTopics | None = None
@@ -90,12 +90,12 @@ class Planner:
     def last_entry(self, segment: str) -> tuple[int, int] | None:
         return self._probes.last(segment)
 
-    def gate(self, segment: str, start: Pos, lac: tuple[int, int] | None = None) -> Pos:
+    def gate(self, segment: str, start: Position, lac: tuple[int, int] | None = None) -> Position:
         """Highest position that may be planned now: min(LAC, first OPEN write - 1)."""
         return self.gate_and_lac(segment, start, lac)[0]
 
-    def gate_and_lac(self, segment: str, start: Pos, lac: tuple[int, int] | None = None
-                     ) -> tuple[Pos, tuple[int, int] | None, int]:
+    def gate_and_lac(self, segment: str, start: Position, lac: tuple[int, int] | None = None
+                     ) -> tuple[Position, tuple[int, int] | None, int]:
         """(gate, last confirmed entry, open txns holding the gate below it)."""
         lac = self.last_entry(segment) if lac is None else lac
         if lac is None:
@@ -145,7 +145,7 @@ class Planner:
             return self.scalable.layout(topic)
         return lay
 
-    def units(self, cur: dict[str, Pos]) -> list[Unit]:
+    def units(self, cur: dict[str, Position]) -> list[Unit]:
         """Segments to plan from ``cur``: a scalable topic's child only once every
         parent was read to its end in ``cur`` (so a key's parent rows come in earlier
         micro-batches than its child rows)."""
@@ -220,7 +220,7 @@ class Planner:
             self._subscribe(segment).close()
             self._consumers[segment] = True
 
-    def advance_subscription(self, end: dict[str, Pos]) -> None:
+    def advance_subscription(self, end: dict[str, Position]) -> None:
         """Cumulative ack, then close: Spark never calls a Python reader's stop(), and
         closing is what flushes the client's grouped acks to the broker."""
         for segment, pos in sorted(end.items()):
@@ -241,7 +241,7 @@ class Planner:
             self._consumers[segment] = True
             self._acked[segment] = pos
 
-    def before_time(self, segment: str, ts_ms: int) -> Pos:
+    def before_time(self, segment: str, ts_ms: int) -> Position:
         """The offset just before the first message published at or after ``ts_ms``.
 
         A scan from the earliest entry (pulsar-lite cannot seek by time); the gate
@@ -261,8 +261,8 @@ class Planner:
             return pos[0], pos[1]
         return None
 
-    def count_until(self, segment: str, start: Pos, end: Pos, budget: int,
-                    byte_budget: int | None = None) -> tuple[Pos, int, int]:
+    def count_until(self, segment: str, start: Position, end: Position, budget: int,
+                    byte_budget: int | None = None) -> tuple[Position, int, int]:
         """Walk messages after ``start`` up to ``end``; stop after ``budget`` of them or
         before passing ``byte_budget`` payload bytes (at least one message: progress).
         Returns (last position, messages, bytes)."""

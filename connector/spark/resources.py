@@ -26,7 +26,7 @@ from typing import Any
 import pulsar
 
 from pulsar_txn.metastore import open_store
-from pulsar_txn.records import Pos
+from pulsar_txn.records import Position
 
 from .options import client_kwargs
 
@@ -188,9 +188,9 @@ class KeptReaders:
     def __init__(self, idle_s: float = 60.0, limit: int = 16, max_skip: int = 5_000) -> None:
         self._idle_s, self._limit, self._max_skip = idle_s, limit, max_skip
         self._lock = threading.Lock()
-        self._kept: dict[tuple, tuple[Pos, object, float]] = {}
+        self._kept: dict[tuple, tuple[Position, object, float]] = {}
 
-    def take(self, key: tuple, start: Pos):
+    def take(self, key: tuple, start: Position):
         """(reader, where it stopped) kept for ``key`` if it stopped at ``start`` or a
         little before it (never after it: it would miss entries), else None."""
         with self._lock:
@@ -210,11 +210,11 @@ class KeptReaders:
         for r in closing:
             _close(r)
 
-    def _near_before(self, stopped: Pos, start: Pos) -> bool:
+    def _near_before(self, stopped: Position, start: Position) -> bool:
         return stopped == start or (stopped < start and stopped[0] == start[0]
                                     and 0 <= start[1] - stopped[1] <= self._max_skip)
 
-    def give(self, key: tuple, end: Pos, reader) -> None:
+    def give(self, key: tuple, end: Position, reader) -> None:
         with self._lock:
             old = self._kept.pop(key, None)
             self._kept[key] = (end, reader, time.monotonic())

@@ -30,7 +30,7 @@ from pulsar_txn.errors import ConfigError
 
 from .offsets import (
     BEFORE,
-    Pos,
+    Position,
     SegmentPartition,
     entries_between,
     from_offset,
@@ -95,7 +95,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options) -> None:
         self.opts = SourceOptions.from_options(options)
         self._planner: Planner | None = None
-        self._target: dict[str, Pos] | None = None  # Trigger.AvailableNow cap
+        self._target: dict[str, Position] | None = None  # Trigger.AvailableNow cap
         self._waiting_since: float | None = None
         self._report: dict | None = None
         self._logged: tuple | None = None
@@ -135,7 +135,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.planner.coordinator.sweep_if_due(self.opts.retention_ms)
         cur = from_offset(start)
         units = self.planner.units(cur)
-        ends: dict[str, Pos] = dict(cur)
+        ends: dict[str, Position] = dict(cur)
         latest: dict[str, str] = {}
         behind = holding = 0
         for u in units:
@@ -175,7 +175,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._metrics(latest, behind, holding, len(units))
         return to_offset(ends)
 
-    def _cap(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
+    def _cap(self, units: list[Unit], cur: dict[str, Position], ends: dict[str, Position],
              max_rows: int | None, max_bytes: int | None) -> bool:
         """Move ends back so the batch holds at most ``max_rows`` messages and about
         ``max_bytes`` payload bytes (at least one message: progress). True: an end
@@ -197,7 +197,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 size -= nbytes
         return cut
 
-    def _too_few(self, units: list[Unit], cur: dict[str, Pos], ends: dict[str, Pos],
+    def _too_few(self, units: list[Unit], cur: dict[str, Position], ends: dict[str, Position],
                  min_rows: int) -> bool:
         """``minRecordsPerTrigger``: fewer than ``min_rows`` messages planned, and the
         first such trigger was less than ``maxTriggerDelay`` ago (Kafka's min + max:
@@ -287,12 +287,12 @@ class PulsarTxnBatchReader(DataSourceReader):
             ts = self.opts.starting_timestamp_ms
             e = self.opts.ending
 
-            def first(seg: str) -> Pos:
+            def first(seg: str) -> Position:
                 return (s.get(seg, BEFORE) if isinstance(s, dict) else
                         planner.before_time(seg, ts) if ts is not None else BEFORE)
 
-            start: dict[str, Pos] = {}
-            end: dict[str, Pos] = {}
+            start: dict[str, Position] = {}
+            end: dict[str, Position] = {}
             # A scalable topic's child joins once its parents are planned to their end:
             # iterate to the fixpoint, so the snapshot never holds a key's later rows
             # (in a child) without its earlier ones (in a parent).

@@ -26,6 +26,7 @@ def test_example_runs(example):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert " OK" in done.stdout
     # clients close before the services stop: no flood of connection errors at shutdown
+    # (pulsar-lite's "Topic has no messages" warnings for empty topics are not that)
     noise = [ln for ln in (done.stdout + done.stderr).splitlines()
-             if "Connection refused" in ln or "ClientConnection" in ln]
+             if "Connection refused" in ln or "Failed to establish connection" in ln]
     assert noise == [], noise[:5]

@@ -105,6 +105,7 @@ def test_the_scalable_topic_block_runs_as_printed(dev_env):
 @pytest.mark.spark
 def test_the_spark_block_runs_as_printed(dev_env, tmp_path):
     (block,) = [b for b in _blocks("python", _section("What it is")) if "SparkSession" in b]
+    _python(_blocks("python", _section("Try it"))[0], dev_env)  # the 'orders' it reads
     ckpt = "/tmp/pulsar-txn-readme-ckpt"
     subprocess.run(["rm", "-rf", ckpt], check=True)
     env = {**dev_env, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}

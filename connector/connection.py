@@ -184,12 +184,14 @@ def quiet_logger():
     """pulsar-client's own log at warnings and above (its info lines are per
     connection), on stderr: never on stdout, where a command's ``--json`` goes.
 
-    pulsar-client's ConsoleLogger writes to stdout. Its FileLogger on this process's
-    stderr logs from the C++ threads without taking the GIL; it is used where stderr
-    can be opened again for appending (a terminal, a pipe, a file opened to append).
-    Elsewhere (a regular file opened without O_APPEND, whose writes the second handle
-    would overwrite; a socket) the lines go to the Python logger
-    ``pulsar_txn.pulsar_client`` (warnings, stderr unless logging is configured)."""
+    pulsar-client's ConsoleLogger writes to stdout; its FileLogger on this process's
+    stderr (fd 2) logs from the C++ threads without calling into Python (a Python
+    ``logger=`` is called from those threads, up to the interpreter's exit: known to
+    hang or abort processes). A log file that stderr was redirected to without
+    appending (``job > log 2>&1``) is switched to appending first, so the C++ lines
+    and the process's own go to its end rather than over each other. Only where fd 2
+    cannot be opened again (a socket, none at all) do the lines go to the Python
+    logger ``pulsar_txn.pulsar_client``."""
     path = _stderr_path()
     if path is not None:
         return pulsar.FileLogger(pulsar.LoggerLevel.Warn, path)
@@ -202,21 +204,21 @@ def quiet_logger():
 
 
 def _stderr_path() -> str | None:
-    """A path that appends to this process's stderr, or None."""
+    """A path that appends to this process's stderr (fd 2), or None."""
     import fcntl
     import os
     import stat
-    import sys
 
     try:
-        fd = sys.stderr.fileno() if sys.stderr is not None else 2
-        mode = os.fstat(fd).st_mode
-        appends = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
-    except (OSError, ValueError, AttributeError):  # no real stderr (a captured one)
+        mode = os.fstat(2).st_mode
+        flags = fcntl.fcntl(2, fcntl.F_GETFL)
+        if stat.S_ISREG(mode) and not flags & os.O_APPEND:
+            fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_APPEND)
+    except OSError:  # no fd 2
         return None
-    path = f"/proc/self/fd/{fd}" if os.path.exists("/proc/self/fd") else "/dev/stderr"
-    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or (stat.S_ISREG(mode) and appends)):
+    if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
         return None
+    path = "/proc/self/fd/2" if os.path.exists("/proc/self/fd") else "/dev/stderr"
     try:
         with open(path, "a"):
             return path

@@ -68,6 +68,34 @@ def test_pulsar_clients_own_log_goes_to_stderr_never_stdout():
     assert "Connection refused" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("append", [False, True])
+def test_pulsar_clients_log_into_a_redirected_file_never_crashes_the_exit(tmp_path, append):
+    """``job > log 2>&1``: stderr is a regular file, usually not opened to append. The log
+    went to a Python logger then, which pulsar-client's C++ threads call without the
+    GIL's safety at exit: the process ended in ``terminate called without an active
+    exception`` (seen in a benchmark run). Lines go to the file, and the exit is clean."""
+    port = _closed_port()
+    code = (
+        "import pulsar\n"
+        "from pulsar_txn.connection import quiet_logger\n"
+        "print('before', flush=True)\n"
+        f"c = pulsar.Client('pulsar://127.0.0.1:{port}', operation_timeout_seconds=1,\n"
+        "                  logger=quiet_logger())\n"
+        "try:\n"
+        "    c.subscribe('persistent://public/default/x', 's')\n"
+        "except Exception as e:\n"
+        "    pass\n"
+        "print('after', flush=True)\n")  # no close(): the C++ threads live on to the exit
+    log = tmp_path / "job.log"
+    with open(log, "a" if append else "w") as out:
+        done = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=out,
+                              timeout=60)
+    text = log.read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert "terminate called" not in text and "Connection refused" in text, text[-2000:]
+    assert "before" in text and "after" in text, text  # nobody's lines overwritten
+
+
 @pytest.mark.parametrize("userinfo", ["", f"app:{SECRET}@"])
 @pytest.mark.parametrize("cmd", [["split", "topic://public/default/s", "0"],
                                  ["merge", "topic://public/default/s", "0", "1"]])

@@ -214,11 +214,16 @@ class TransactionBuffer:
         Spark source's executors). Final verdicts come at once; the entry of an OPEN
         transaction waits for its end, woken by the store's events, for ``wait_s(txn)``
         seconds (the caller's patience: a read's timeout, or the txn's deadline plus a
-        sweep's grace), and is classified again. WAIT: still OPEN after that."""
+        sweep's grace), and is classified again. WAIT: still OPEN after that; after the
+        first wait that runs out, the entries after it are not waited for (the caller
+        fails at once, not after one patience per stuck transaction)."""
         verdicts = self.classify(segment, entries)
         for i, (txn, writer) in enumerate(entries):
-            if verdicts[i] is Verdict.WAIT and self.wait_for_outcome(txn, wait_s(txn)):
-                verdicts[i] = self.classify(segment, [(txn, writer)])[0]
+            if verdicts[i] is not Verdict.WAIT:
+                continue
+            if not self.wait_for_outcome(txn, wait_s(txn)):
+                break  # past the caller's patience: the others are not waited for either
+            verdicts[i] = self.classify(segment, [(txn, writer)])[0]
         return verdicts
 
     def wait_for_outcome(self, txn_id: TxnId, timeout: float) -> bool:

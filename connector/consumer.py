@@ -15,9 +15,14 @@ import urllib.parse
 import pulsar
 
 from pulsar_txn.admin import admin_request, admin_topic_path
-from pulsar_txn.errors import AckConflict, AckNotAllowed, InvalidTxnId, MetastoreUnavailable
+from pulsar_txn.errors import (
+    AckConflict,
+    AckConflictReason,
+    AckNotAllowed,
+    MetastoreUnavailable,
+)
 from pulsar_txn.message import TxnMessage
-from pulsar_txn.metastore.keys import Claims, ack_key, ack_position
+from pulsar_txn.metastore.claims import ClaimKind, ack_order, covers
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.readers import DRAIN, GatedStream, ReadSide
 from pulsar_txn.records import Position, TxnId
@@ -121,21 +126,21 @@ class Consumer(GatedStream):
         # a table with anything in it: plain acks on this subscription are checked too
         self._claims_seen = True
         keys = [_key(raw.message_id()) for raw in raws]
-        ack_keys = [ack_key(Position(*k)) for k in keys]
-        view = store.claims_of(self.segment, self.subscription, ack_keys)
+        positions = [Position(*k) for k in keys]
+        view = store.claims_of(self.segment, self.subscription, positions)
         out = []
-        for raw, k, key in zip(raws, keys, ack_keys):
-            kind, holder = view.of(key)
-            if kind == "committed":
+        for raw, k, p in zip(raws, keys, positions):
+            kind, _ = view.of(p)
+            if kind is ClaimKind.COMMITTED:
                 self._native.acknowledge(raw)
                 self._handed.pop(k, None)
                 self.reacked += 1
                 continue
-            if kind == "held":
+            if kind is ClaimKind.HELD:
                 self._claims_seen = True
             if k in self._handed and self._copy_of_handed(k, raw):
                 continue
-            if kind == "held" and not self.acks.claimed_by_own(Position(*k)):
+            if kind is ClaimKind.HELD and not self.acks.claimed_by_own(p):
                 self._held_elsewhere.add(k)
             out.append(raw)
         return out
@@ -172,18 +177,18 @@ class Consumer(GatedStream):
         after a dropped connection, a Failover switch) and acked it under a txn that
         committed. Such a message is acked again here, never handed out. One round
         trip per message, on subscriptions with transactional claims only."""
-        key = ack_key(Position(*k))
+        p = Position(*k)
         try:
-            kind, _ = self.side.store.claims_of(self.segment, self.subscription, [key]).of(key)
+            kind, _ = self.side.store.claims_of(self.segment, self.subscription, [p]).of(p)
         except BaseException:
             self.unread(head)  # never dropped: handed out (and checked) next time
             raise
-        if kind == "committed":
+        if kind is ClaimKind.COMMITTED:
             self._native.acknowledge(head[0])
             self._handed.pop(k, None)
             self.reacked += 1
             return True
-        if kind == "held" and not self.acks.claimed_by_own(Position(*k)):
+        if kind is ClaimKind.HELD and not self.acks.claimed_by_own(p):
             self._held_elsewhere.add(k)
         return False
 
@@ -192,7 +197,7 @@ class Consumer(GatedStream):
         if txn is None:
             if self._claims_seen or k in self._held_elsewhere:
                 try:
-                    self._refuse_plain_ack_of_claimed([ack_key(Position(*k))])
+                    self._refuse_plain_ack_of_claimed([Position(*k)])
                 except AckConflict as conflict:
                     if conflict.committed:  # consumed already: this copy leaves the cursor
                         self._native.acknowledge(self._handed.pop(k, None)
@@ -239,7 +244,7 @@ class Consumer(GatedStream):
             try:
                 self.acks.acknowledge(txn.id, [upto], cumulative=True, given=given)
             except AckConflict as conflict:
-                self._after_conflict(txn, conflict, ack_position(conflict.position))
+                self._after_conflict(txn, conflict, conflict.position)
                 raise
             except MetastoreUnavailable as e:  # maybe recorded: the txn cannot commit
                 txn.send_failed(e, "an ack")
@@ -258,33 +263,30 @@ class Consumer(GatedStream):
         elif not conflict.again:  # txn's own first ack of it stands: nothing goes round
             self.acks.refused(txn.id, p)
 
-    def _refuse_plain_ack_of_claimed(self, keys: list[str]) -> None:
+    def _refuse_plain_ack_of_claimed(self, positions: list[Position]) -> None:
         """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
         consumed under a committed one, conflicts like another transaction's would."""
-        view = self.side.store.claims_of(self.segment, self.subscription, keys)
-        for key in keys:
-            kind, holder = view.of(key)
-            if kind == "committed":
-                raise AckConflict(key, holder or "(on the cursor)", committed=True)
-            if kind == "held" and self._holder_alive(holder):
-                raise AckConflict(key, holder)
+        view = self.side.store.claims_of(self.segment, self.subscription, positions)
+        for p in positions:
+            kind, holder = view.of(p)
+            if kind is ClaimKind.COMMITTED:
+                raise AckConflict(p, holder, AckConflictReason.COMMITTED if holder
+                                  else AckConflictReason.ON_CURSOR)
+            if kind is ClaimKind.HELD and self._holder_alive(holder):
+                raise AckConflict(p, holder, AckConflictReason.HELD)
 
     def _refuse_plain_cumulative_over_claims(self, upto: Position) -> None:
-        top = ack_key(upto)
-        claims = Claims.decode(self.side.store.list_claims(self.segment, self.subscription))
-        held = [(k, h) for k, h in claims.live.items() if k <= top]
+        claims = self.side.store.list_claims(self.segment, self.subscription)
+        held = [(p, h) for p, h in claims.live.items() if covers(upto, p)]
         if claims.cumulative is not None:
-            held.append((claims.cumulative[1], claims.cumulative[0]))
-        for key, holder in sorted(held):
+            held.append((claims.cumulative.position, claims.cumulative.holder))
+        for p, holder in sorted(held, key=lambda ph: ack_order(ph[0])):
             if self._holder_alive(holder):
-                raise AckConflict(key, holder)
+                raise AckConflict(p, holder, AckConflictReason.HELD)
 
-    def _holder_alive(self, holder: str) -> bool:
+    def _holder_alive(self, holder: TxnId | None) -> bool:
         """A claim binds while its holder may still commit (an aborted one is void)."""
-        try:
-            h = self.side.store.get_header(TxnId.parse(holder))
-        except InvalidTxnId:
-            return False
+        h = self.side.store.get_header(holder) if holder is not None else None
         return h is not None and h.state is not TxnState.ABORTED
 
     def _ack_cumulative_native(self, upto: Position) -> None:

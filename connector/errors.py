@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 
 class PulsarTxnError(Exception):
     """Root of every error this package raises."""
@@ -93,21 +95,47 @@ class InvalidTxnTransition(TxnConflict):
         self.target = target
 
 
-class AckConflict(TxnConflict):
-    """``committed``: the holder's ack already reached the cursor (a tombstone, final);
-    otherwise the holder is a transaction that may still end either way."""
+class AckConflictReason(Enum):
+    HELD = "held"            # claimed by a transaction that may still end either way
+    COMMITTED = "committed"  # acknowledged under a committed transaction: final
+    ON_CURSOR = "on_cursor"  # committed, and the subscription's cursor is past it
+    AGAIN = "again"          # another copy of a message this same transaction acked
+    CONTENDED = "contended"  # aborted claimers kept coming back: retry the transaction
 
-    def __init__(self, position: str, holder: str, committed: bool = False,
-                 again: bool = False) -> None:
-        verb = "was acknowledged by committed" if committed else "is pending ack under"
-        if again:
-            verb = ("was already acknowledged (another copy of it: a redelivery) under "
-                    "this same")
-        super().__init__(f"message {position} {verb} transaction {holder}")
+
+class AckConflict(TxnConflict):
+    """An ack the pending-ack store refused: ``position`` (a ``Position``), the
+    transaction that holds it (``holder_id``; None when unknown: on the cursor, or
+    contended) and why (``reason``). ``holder`` is the holder as text, for messages."""
+
+    _VERBS = {
+        AckConflictReason.HELD: "is pending ack under transaction {h}",
+        AckConflictReason.COMMITTED: "was acknowledged by committed transaction {h}",
+        AckConflictReason.ON_CURSOR: "was acknowledged by a committed transaction "
+                                     "(the subscription's cursor is past it)",
+        AckConflictReason.AGAIN: "was already acknowledged (another copy of it: a "
+                                 "redelivery) under this same transaction {h}",
+        AckConflictReason.CONTENDED: "is claimed by concurrently re-claiming "
+                                     "transactions: retry",
+    }
+
+    def __init__(self, position, holder, reason: AckConflictReason) -> None:
+        text = position.text() if hasattr(position, "text") else str(position)
+        self.holder = str(holder) if holder is not None else "(unknown)"
+        super().__init__(f"message {text} " + self._VERBS[reason].format(h=self.holder))
         self.position = position
-        self.holder = holder
-        self.committed = committed
-        self.again = again  # the holder is the acking txn itself (a second copy)
+        self.holder_id = holder
+        self.reason = reason
+
+    @property
+    def committed(self) -> bool:
+        """The holder's ack is final (a tombstone, or on the cursor)."""
+        return self.reason in (AckConflictReason.COMMITTED, AckConflictReason.ON_CURSOR)
+
+    @property
+    def again(self) -> bool:
+        """The holder is the acking transaction itself (a second copy)."""
+        return self.reason is AckConflictReason.AGAIN
 
 
 class AckNotAllowed(PulsarTxnError):

@@ -25,23 +25,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from pulsar_txn.errors import AckConflict, MetastoreUnavailable, PulsarTxnError
-from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.metastore.keys import (
-    AckRecord,
-    Claims,
-    ack_key,
-    ack_position,
-    check_subscription,
-    claimed_fields,
+from pulsar_txn.errors import (
+    AckConflict,
+    AckConflictReason,
+    MetastoreUnavailable,
+    PulsarTxnError,
 )
+from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.metastore.claims import AckRecord, ack_order, check_subscription, covers
 from pulsar_txn.records import Position, TxnId
 from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
 
-# The claim-table encodings are the store's (metastore/keys.py); the names stay
-# importable here for the tests and readers that used them from this module.
 # apply(positions, cumulative) acknowledges on the Pulsar subscription;
 # release(positions) makes the broker redeliver them (negative ack).
 ApplyFn = Callable[[list[Position], bool], None]
@@ -78,12 +74,13 @@ class PendingAckStore:
         handed out since its last cumulative ack, other than its own individual acks.
         One of them already acked under a committed txn was delivered twice (a
         Failover switch): acking it again would duplicate its output (invariant 7)."""
-        keys = sorted(ack_key(p) for p in positions)
+        ordered = sorted(positions, key=ack_order)
         if not cumulative:
             self._refuse_second_ack(txn_id, positions)
-        self._claim(txn_id, keys, cumulative, [ack_key(p) for p in given])
+        self._claim(txn_id, ordered, cumulative, list(given))
         try:
-            self.store.record_acks(txn_id, self.segment, self.subscription, keys, cumulative)
+            self.store.record_acks(txn_id, self.segment, self.subscription, ordered,
+                                   cumulative)
         except MetastoreUnavailable:
             # the script may have run (the answer lost with the connection): the record
             # may exist, so the claims stay until the txn ends (the consumer marks it
@@ -91,7 +88,7 @@ class PendingAckStore:
             raise
         except PulsarTxnError:  # refused by the script: nothing recorded
             self.store.release_acks(txn_id, self.segment, self.subscription,
-                                    claimed_fields(keys, cumulative))
+                                    () if cumulative else ordered, cumulative=cumulative)
             raise
         with self._lock:
             # a cumulative ack keeps what it was given: an abort hands those out again
@@ -117,19 +114,19 @@ class PendingAckStore:
         with self._lock:
             again = [p for p in positions if self._own.get(p) == txn_id]
         if again:
-            raise AckConflict(ack_key(again[0]), str(txn_id), again=True)
+            raise AckConflict(again[0], txn_id, AckConflictReason.AGAIN)
 
-    def _claim(self, txn_id: TxnId, keys: list[str], cumulative: bool,
-               given: list[str]) -> None:
+    def _claim(self, txn_id: TxnId, positions: list[Position], cumulative: bool,
+               given: list[Position]) -> None:
         for _ in range(3):
             try:
-                self.store.claim_acks(txn_id, self.segment, self.subscription, keys,
+                self.store.claim_acks(txn_id, self.segment, self.subscription, positions,
                                       cumulative, given)
                 return
             except AckConflict as conflict:
-                if conflict.committed:  # a committed ack is final (invariant 7)
+                holder = conflict.holder_id
+                if conflict.committed or holder is None:  # final (invariant 7)
                     raise
-                holder = TxnId.parse(conflict.holder)
                 h = self.store.get_header(holder)
                 if h is not None and h.state is not TxnState.ABORTED:
                     raise
@@ -137,7 +134,7 @@ class PendingAckStore:
                 # whose header is gone is void too: a committed holder turns its claims
                 # into tombstones before its header can be collected.
                 self.store.release_acks(holder, self.segment, self.subscription)
-        raise AckConflict(keys[0], "a concurrently re-claiming transaction")
+        raise AckConflict(positions[0], None, AckConflictReason.CONTENDED)
 
     # ---- Materialization (after the decision) ----
     def on_end(self, txn_id: TxnId, state: TxnState) -> None:
@@ -189,8 +186,7 @@ class PendingAckStore:
 
     def _record(self, txn_id: TxnId) -> AckRecord | None:
         """``txn_id``'s acks here (None: it recorded none)."""
-        rec = self.store.list_acks(txn_id).get((self.segment, self.subscription))
-        return None if rec is None else AckRecord.decode(rec)
+        return self.store.list_acks(txn_id).get((self.segment, self.subscription))
 
     def _apply_committed(self, txn_id: TxnId) -> bool:
         """Hand the committed acks to the broker, then write their tombstones and the
@@ -204,11 +200,10 @@ class PendingAckStore:
         clean = True
         if not rec.applied:
             try:
-                ind = [ack_position(k) for k in rec.individual]
-                if ind:
-                    self._apply(ind, False)
-                if rec.cumulative:
-                    self._apply([ack_position(rec.cumulative)], True)
+                if rec.individual:
+                    self._apply(list(rec.individual), False)
+                if rec.cumulative is not None:
+                    self._apply([rec.cumulative], True)
             except Exception as e:  # noqa: BLE001 - applied on delivery instead
                 clean = False
                 log.warning("%s|%s: the broker refused the committed acks of %s (%s); "
@@ -226,10 +221,10 @@ class PendingAckStore:
 
     def _settle(self, txn_id: TxnId, rec: AckRecord) -> None:
         """Tombstone the recorded acks; release any claim the txn never recorded."""
-        acked = rec.claimed_fields()
-        if acked:
-            self.store.release_acks(txn_id, self.segment, self.subscription, acked,
-                                    committed=True)
+        if not rec.empty:
+            self.store.release_acks(txn_id, self.segment, self.subscription,
+                                    rec.individual, committed=True,
+                                    cumulative=rec.cumulative is not None)
         self.store.release_acks(txn_id, self.segment, self.subscription)
 
     # ---- Tombstone trimming ----
@@ -239,24 +234,26 @@ class PendingAckStore:
         subscription's cursor on the broker. A holder whose ack record is not marked
         applied keeps its tombstones (recovery finds it through them). Returns the
         number dropped."""
-        claims = Claims.decode(self.store.list_claims(self.segment, self.subscription))
+        claims = self.store.list_claims(self.segment, self.subscription)
         horizon = claims.committed_horizon
         cursor = self._cursor() if self._cursor else None
         if cursor is not None:
-            horizon = max(horizon, ack_key(Position(cursor.ledger, cursor.entry, -1)))
-        below = [(k, h) for k, h in claims.tombstones.items() if k <= horizon]
+            # the cursor's entry as a whole: every batch index of it is acked too
+            at = Position(cursor.ledger, cursor.entry, -1)
+            horizon = at if horizon is None else max(horizon, at, key=ack_order)
+        below = [(p, h) for p, h in claims.tombstones.items() if covers(horizon, p)]
         if not below:
             return 0
-        done = self._holders_done({TxnId.parse(h) for _, h in below})
-        gone = [(k, h) for k, h in below if h in done]
+        done = self._holders_done({h for _, h in below})
+        gone = [(p, h) for p, h in below if h in done]
         if not gone:
             return 0
         # the horizon stays a conflict: the broker may have handed out a copy of a
         # message before its cursor passed it (another consumer's prefetch)
         return self.store.trim_tombstones(self.segment, self.subscription,
-                                          max(k for k, _ in gone), gone)
+                                          max((p for p, _ in gone), key=ack_order), gone)
 
-    def _holders_done(self, holders: set[TxnId]) -> set[str]:
+    def _holders_done(self, holders: set[TxnId]) -> set[TxnId]:
         """Holders whose ack record here is marked applied (or collected, which GC
         does only after every mark). A header missing for another reason is unknown:
         its tombstones stay (fail closed)."""
@@ -266,13 +263,13 @@ class PendingAckStore:
             if h is None:
                 gone.append(t)
             elif h.state is TxnState.COMMITTED and h.open_ack_records == 0:
-                done.add(str(t))
+                done.add(t)
             elif h.state is TxnState.COMMITTED:
                 rec = self._record(t)
                 if rec is None or rec.applied:
-                    done.add(str(t))
+                    done.add(t)
         if gone:
-            done.update(str(t) for t in self.store.collected(gone))
+            done.update(self.store.collected(gone))
         return done
 
     def _trim_if_due(self) -> None:
@@ -302,27 +299,27 @@ class PendingAckStore:
     def recover(self) -> dict[str, int]:
         """After a crash: finish the materialization of every ended holder of a claim,
         and the mark of every committed holder whose claims are tombstones already."""
-        claims = Claims.decode(self.store.list_claims(self.segment, self.subscription))
+        claims = self.store.list_claims(self.segment, self.subscription)
         holders = set(claims.live.values())
         settled = set(claims.tombstones.values())
         if claims.cumulative:
-            holders.add(claims.cumulative[0])
+            holders.add(claims.cumulative.holder)
         if claims.committed:
-            settled.add(claims.committed[0])
-        pending = {str(t) for t in self.pending_txns()}
-        ids = [TxnId.parse(h) for h in holders | settled | pending]
+            settled.add(claims.committed.holder)
+        pending = set(self.pending_txns())
+        ids = list(holders | settled | pending)
         # a decision a host crash can still lose counts as not taken (waitaof)
         headers = self.store.final_headers(ids) if ids else {}
         stats = {"applied": 0, "released": 0, "open": 0, "failed": 0}
         for t, h in headers.items():
-            if str(t) in pending and (h is None or h.state is not TxnState.OPEN):
+            if t in pending and (h is None or h.state is not TxnState.OPEN):
                 # an end this process missed (a watch outage): the whole on_end, so an
                 # abort also hands the messages out again
                 self.on_end(t, TxnState.ABORTED if h is None else h.state)
                 stats["released" if h is None or h.state is TxnState.ABORTED
                       else "applied"] += 1
                 continue
-            if str(t) in settled and str(t) not in holders:
+            if t in settled and t not in holders:
                 if h is not None and h.open_ack_records > 0:
                     rec = self._record(t)
                     if rec is not None and not rec.applied:
@@ -356,13 +353,12 @@ def settle_committed_acks(store: MetadataStore, txn_id: TxnId) -> int:
     if h is None or h.state is not TxnState.COMMITTED:
         return 0
     settled = 0
-    for (segment, subscription), raw in store.list_acks(txn_id).items():
-        rec = AckRecord.decode(raw)
+    for (segment, subscription), rec in store.list_acks(txn_id).items():
         if rec.applied:
             continue
-        if rec.claimed_fields():
-            store.release_acks(txn_id, segment, subscription, rec.claimed_fields(),
-                               committed=True)
+        if not rec.empty:
+            store.release_acks(txn_id, segment, subscription, rec.individual,
+                               committed=True, cumulative=rec.cumulative is not None)
         store.release_acks(txn_id, segment, subscription)
         store.mark_acks_applied(txn_id, segment, subscription)
         settled += 1

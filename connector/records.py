@@ -9,7 +9,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from .errors import ConfigError, InvalidTxnId
-from .state import TxnState
+from .state import SegmentState, TxnState
 
 SCHEMA_VERSION = 1
 
@@ -171,6 +171,35 @@ BEFORE_EARLIEST = Position(-1, -1)
 WHOLE_ENTRY = 2**31 - 1  # a batch index above every real one: "the whole entry"
 END_OF_LEDGER = 2**63 - 1  # an entry id after every entry of its ledger
 BEFORE = BEFORE_EARLIEST  # a range bound: before the first message of a segment
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a scalable topic's DAG (scalable/dag.py has the rules): an
+    inclusive key-hash range backed by an ordinary ``persistent://`` topic. A record
+    of the store (its encoding is the store's); the DAG's vocabulary."""
+
+    id: int
+    lo: int  # inclusive hash range
+    hi: int
+    backing: str
+    state: SegmentState = SegmentState.ACTIVE
+    parents: tuple[int, ...] = ()
+    children: tuple[int, ...] = ()
+    created_epoch: int = 1
+    sealed_epoch: int | None = None
+    # Last entry of a sealed segment: None = not fixed yet (seal in progress),
+    # BEFORE_EARLIEST = it holds no entry. Readers move to the children only
+    # after reading up to it, which is what keeps per-key order across changes.
+    end: Position | None = None
+    sealed_ms: int | None = None  # the seal CAS's server time
+
+    @property
+    def active(self) -> bool:
+        return self.state is SegmentState.ACTIVE
+
+    def covers(self, h: int) -> bool:
+        return self.lo <= h <= self.hi
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,9 @@ def test_consumer_crash_between_commit_and_ack_application_recovers(
     assert restarted.store.get_header(txn.id).open_ack_records == 0
     # no live claim is left; the applied acks stay as tombstones of the committed txn
     claims = restarted.store.list_claims(c2.segment, "sub")
-    assert len(claims) == 3 and set(claims.values()) == {f"={txn.id}"}
+    assert (claims.live, claims.cumulative, claims.committed, claims.trimmed) == ({}, None,
+                                                                                  None, None)
+    assert len(claims.tombstones) == 3 and set(claims.tombstones.values()) == {txn.id}
 
 
 def test_committed_ack_stays_a_conflict_for_later_claims(client, topic_name):
@@ -229,8 +231,6 @@ def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commi
     """A holder whose claims became tombstones but which crashed before marking its ack
     record applied is found by recovery through its tombstones, also after another txn
     committed a cumulative ack above them (else its header could never be collected)."""
-    from pulsar_txn.metastore.keys import ack_key
-
     t = topic_name()
     client = make_client()
     _fill(client, t, 3)
@@ -241,7 +241,7 @@ def test_settled_but_unmarked_holder_is_recovered_after_a_later_cumulative_commi
     first = crashed.new_transaction()
     c.acknowledge(msgs[0], txn=first)
     client.coordinator.commit(first.id)  # decided elsewhere
-    key = ack_key(msgs[0].position)
+    key = msgs[0].position
     # the consumer applied it, settled its claim into a tombstone, crashed before the mark
     client.store.release_acks(first.id, c.segment, "sub", [key], committed=True)
     with crashed.transaction() as later:
@@ -277,11 +277,10 @@ def _consumer_switch(make_client, t, n):
 def _settle_elsewhere(client, consumer, txn, positions, cumulative=False):
     """The holder's consumer applied its ack and turned its claim into a tombstone
     (what ``commit`` does), but the broker switched consumers before the ack landed."""
-    from pulsar_txn.metastore.keys import CUM, ack_key
-
     client.coordinator.commit(txn.id)
-    keys = [CUM] if cumulative else [ack_key(p) for p in positions]
-    client.store.release_acks(txn.id, consumer.segment, "sub", keys, committed=True)
+    client.store.release_acks(txn.id, consumer.segment, "sub",
+                              [] if cumulative else positions, committed=True,
+                              cumulative=cumulative)
 
 
 def _acked_by_a_then_cumulatively_by_b(make_client, topic_name, cumulative: bool) -> None:
@@ -342,8 +341,7 @@ def test_cumulative_ack_passes_tombstones_of_messages_it_was_not_given(
 
 
 def _tombstones(client, consumer):
-    claims = client.store.list_claims(consumer.segment, "sub")
-    return sorted(k for k, v in claims.items() if v.startswith("="))
+    return sorted(client.store.list_claims(consumer.segment, "sub").tombstones)
 
 
 def test_tombstones_below_a_committed_cumulative_ack_are_trimmed(make_client, topic_name):
@@ -371,8 +369,6 @@ def test_tombstones_of_unmarked_holders_survive_trimming(make_client, topic_name
     """A tombstone is its holder's trace until its ack record is marked applied:
     trimming must keep it (else recovery cannot find the holder, and its header is
     never collected)."""
-    from pulsar_txn.metastore.keys import ack_key
-
     t = topic_name()
     client = make_client()
     _fill(client, t, 3)
@@ -383,12 +379,12 @@ def test_tombstones_of_unmarked_holders_survive_trimming(make_client, topic_name
     first = crashed.new_transaction()
     c.acknowledge(msgs[0], txn=first)
     client.coordinator.commit(first.id)
-    client.store.release_acks(first.id, c.segment, "sub", [ack_key(msgs[0].position)],
+    client.store.release_acks(first.id, c.segment, "sub", [msgs[0].position],
                               committed=True)  # crashed before the mark
     with crashed.transaction() as later:
         c.acknowledge_cumulative(msgs[2], txn=later)
     c.acks.trim()
-    assert _tombstones(client, c) == [ack_key(msgs[0].position)]
+    assert _tombstones(client, c) == [msgs[0].position]
 
 
 def test_tombstones_behind_the_subscription_cursor_are_trimmed(

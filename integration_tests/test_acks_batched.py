@@ -20,7 +20,6 @@ import pytest
 
 from pulsar_txn.client import quiet_logger, read_all
 from pulsar_txn.errors import AckConflict, AckNotAllowed, ReadTimeout
-from pulsar_txn.metastore.keys import ack_key
 
 N = 5
 
@@ -291,7 +290,7 @@ def test_a_post_decision_apply_failure_never_makes_a_subscription_unopenable(
     client, c, msgs = _holding_all(make_client, t)
     c.close()
     txn = client.new_transaction()
-    key = ack_key(msgs[1].position)
+    key = msgs[1].position
     client.store.claim_acks(txn.id, c.segment, "sub", [key], True, [])
     client.store.record_acks(txn.id, c.segment, "sub", [key], True)
     client.coordinator.commit(txn.id)
@@ -436,7 +435,7 @@ def test_a_message_whose_txn_ack_conflicted_goes_round_again(
     c = client.subscribe(t, "sub")
     m = c.receive(5000)
     holder = client.new_transaction()  # another process's claim of m
-    client.store.claim_acks(holder.id, c.segment, "sub", [ack_key(m.position)], False)
+    client.store.claim_acks(holder.id, c.segment, "sub", [m.position], False)
     mine = client.new_transaction()
     with pytest.raises(AckConflict):
         c.acknowledge(m, txn=mine)

@@ -242,8 +242,7 @@ def test_reader_finishes_a_seal_whose_admin_stopped_half_way(sclient, scalable_n
     parents, kids = plan_split(lay, 0, 1)
     for k in kids:
         topics._touch(k.backing)
-    change = sclient.store.change_layout(lay.topic, lay.epoch, parents,
-                                         [k.to_json() for k in kids], 3)
+    change = sclient.store.change_layout(lay.topic, lay.epoch, parents, kids, 3)
     assert change.verdict is LayoutVerdict.APPLIED     # ... and the admin died here
     assert topics.layout(scalable_name, refresh=True).segments[0].end is None
     for seq in range(3, 6):

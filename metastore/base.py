@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 from pulsar_txn.records import (
     OpenWrite,
     Position,
+    Segment,
     SinkBatch,
     TxnEvent,
     TxnHeader,
@@ -25,7 +26,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState
 
-from .keys import ClaimView
+from .claims import AckRecord, Claims, ClaimView
 
 
 def missing_namespace(ns: str, url: str, existing: Sequence[str]) -> str:
@@ -101,10 +102,10 @@ class LayoutChange:
 class LayoutRecord(NamedTuple):
     """One consistent read of a scalable topic's DAG. ``version`` grows with every
     change (split, merge, end fixed), so a cache can tell the newer of two reads
-    even within one epoch; ``segments``: id -> descriptor (``Segment.to_json``)."""
+    even within one epoch."""
     epoch: int
     next_id: int
-    segments: dict[int, str]
+    segments: dict[int, Segment]
     version: int
     hash_fn: str
 
@@ -174,41 +175,50 @@ class MetadataStore(Protocol):
     def withdraw_write(self, txn_id: TxnId, segment: str, writer: str) -> bool: ...
 
     # ---- scalable topics (segment DAG; one atomic step per change) ----
-    def create_topic(self, topic: str, segments: Sequence[str], next_id: int,
+    def create_topic(self, topic: str, segments: Sequence[Segment], next_id: int,
                      hash_fn: str = "murmur3") -> bool: ...
     def get_layout(self, topic: str) -> LayoutRecord | None: ...
-    def get_segment(self, topic: str, segment_id: int) -> str | None: ...
+    def get_segment(self, topic: str, segment_id: int) -> Segment | None: ...
     def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
-                      children: Sequence[str], next_id: int) -> LayoutChange: ...
-    def seal_end(self, topic: str, segment_id: int, end: str) -> str:
-        """Fix a sealed segment's end once; the value that stands (raises
-        TopicNotFound, or ConfigError for an ACTIVE segment)."""
+                      children: Sequence[Segment], next_id: int) -> LayoutChange: ...
+    def seal_end(self, topic: str, segment_id: int, end: Position) -> Position:
+        """Fix a sealed segment's last entry once (``BEFORE_EARLIEST``: it holds none);
+        the end that stands (raises TopicNotFound, or ConfigError for an ACTIVE
+        segment)."""
     def list_topics(self) -> list[str]: ...
     def watch_topics(self, topics: Callable[[], Iterable[str]],
                      callback: Callable[[str | None], None]) -> Watch: ...
 
     # ---- acks (pending-ack store) ----
+    # Messages are Positions; claims compare in ack order (claims.ack_order: a whole
+    # entry after its batch indexes). Conflicts raise AckConflict with its reason.
     def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                   positions: Sequence[str], cumulative: bool,
-                   given: Sequence[str] = ()) -> None:
+                   positions: Sequence[Position], cumulative: bool,
+                   given: Sequence[Position] = ()) -> None:
         """``given``: for a cumulative claim, the messages up to it that its consumer
         was handed (a committed ack of one of them conflicts: a redelivery)."""
-    def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
-                     positions: Sequence[str] = (), committed: bool = False) -> int: ...
+    def release_acks(self, holder: TxnId, segment: str, subscription: str,
+                     positions: Sequence[Position] = (), committed: bool = False,
+                     cumulative: bool = False) -> int:
+        """Settle ``holder``'s claims of ``positions`` and (``cumulative``) its
+        cumulative claim, or every claim of it when neither is given: delete them, or
+        (``committed``) turn them into tombstones. The number settled."""
     def record_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                    positions: Sequence[str], cumulative: bool) -> None: ...
-    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]: ...
-    def list_claims(self, segment: str, subscription: str) -> dict[str, str]: ...
+                    positions: Sequence[Position], cumulative: bool) -> None: ...
+    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], AckRecord]: ...
+    def list_claims(self, segment: str, subscription: str) -> Claims: ...
     def has_claims(self, segment: str, subscription: str) -> bool:
         """Whether the claim table holds anything (a plain consumer's is empty: its
         received messages need no look-up)."""
     def claims_of(self, segment: str, subscription: str,
-                  keys: Sequence[str]) -> ClaimView:
-        """The claim-table rows of these ack keys (one round trip): whether each is
+                  positions: Sequence[Position]) -> ClaimView:
+        """The claim-table rows of these messages (one round trip): whether each is
         free, held by a txn, or consumed under a committed one."""
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None: ...
-    def trim_tombstones(self, segment: str, subscription: str, horizon: str,
-                        tombstones: Sequence[tuple[str, str]]) -> int: ...
+    def trim_tombstones(self, segment: str, subscription: str, horizon: Position,
+                        tombstones: Sequence[tuple[Position, TxnId]]) -> int:
+        """Drop these (message, holder) tombstones at or below ``horizon`` still held
+        by that holder; claims at or below the horizon keep conflicting."""
 
     # ---- Spark sink progress ----
     def bind_sink(self, sink_id: str, query_id: str, rebind: bool = False) -> int: ...

@@ -18,14 +18,17 @@ event stream, one slot per topic ``{<ns>:st:<topic>}``, so a split or merge
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from pulsar_txn.errors import ConfigError
-from pulsar_txn.records import Position
+from pulsar_txn.errors import AckConflict, AckConflictReason, ConfigError
+from pulsar_txn.records import BEFORE_EARLIEST, Position, Segment, TxnId
+from pulsar_txn.state import SegmentState
+
+from .claims import AckRecord, ClaimKind, Claims, ClaimView, Holding
 
 SEP = "|"
 SPREAD_LAYOUT = "spread1"  # what new namespaces use (the algorithm below, version 1)
@@ -270,6 +273,38 @@ def segment_of_field(field: str) -> int | None:
     return int(field[len(SEGMENT_FIELD):]) if field.startswith(SEGMENT_FIELD) else None
 
 
+def encode_end(end: Position | None) -> str:
+    """A sealed segment's end as the DAG stores it: '' not fixed, '-' no entry, 'l:e'."""
+    return "" if end is None else "-" if end == BEFORE_EARLIEST else str(end)
+
+
+def decode_end(text: str | None) -> Position | None:
+    return None if not text else BEFORE_EARLIEST if text == "-" else Position.parse(text)
+
+
+def encode_segment(s: Segment) -> str:
+    """A segment's descriptor: compact JSON the DAG scripts read and re-encode."""
+    return json.dumps({"id": s.id, "lo": s.lo, "hi": s.hi, "backing": s.backing,
+                       "state": s.state.value, "parents": list(s.parents),
+                       "children": list(s.children), "ce": s.created_epoch,
+                       "se": s.sealed_epoch, "st": s.sealed_ms, "end": encode_end(s.end)},
+                      separators=(",", ":"))
+
+
+def decode_segment(raw: str) -> Segment:
+    d = json.loads(raw)
+    return Segment(id=int(d["id"]), lo=int(d["lo"]), hi=int(d["hi"]), backing=d["backing"],
+                   state=SegmentState(d["state"]), parents=tuple(_ids(d.get("parents"))),
+                   children=tuple(_ids(d.get("children"))), created_epoch=int(d.get("ce", 1)),
+                   sealed_epoch=d.get("se"), sealed_ms=d.get("st"),
+                   end=decode_end(d.get("end")))
+
+
+def _ids(v) -> list[int]:
+    return [int(x) for x in v] if isinstance(v, list) else []  # cjson: [] may come back as {}
+
+
+
 # ---- pending-ack claim tables ----
 # A table maps a message (its ack key) to its holder's txn id, or to ``=<txn>`` once
 # the holder committed (a tombstone); three more fields hold what is not one message.
@@ -277,12 +312,6 @@ CUM = "~cum"          # a live cumulative claim: "txn|ack key"
 TOMB = "~tomb"        # the highest committed cumulative ack: "txn|ack key"
 TRIMMED = "~trimmed"  # tombstones at or below this ack key were dropped; claims there conflict
 TOMBSTONE = "="
-
-
-def check_subscription(subscription: str) -> None:
-    """A subscription is part of a claim table's key and an ack record's field."""
-    if SEP in subscription:
-        raise ValueError(f"subscription {subscription!r} must not contain '{SEP}'")
 
 
 def ack_key(p: Position) -> str:
@@ -297,111 +326,72 @@ def ack_position(key: str) -> Position:
     return Position(int(base[:16], 16), int(base[16:32], 16), b)
 
 
-def claimed_fields(keys: Iterable[str], cumulative: bool) -> list[str]:
-    """The claim-table fields an ack of these ack keys holds: a cumulative ack holds
-    the one cumulative claim, whatever its position."""
-    return [CUM] if cumulative else list(keys)
+def claim_fields(positions: Iterable[Position], cumulative: bool) -> list[str]:
+    """The claim-table fields to settle: these messages' individual claims, and (if
+    ``cumulative``) the one cumulative claim, whatever its position."""
+    return [ack_key(p) for p in positions] + ([CUM] if cumulative else [])
 
 
-def tombstone_arg(key: str, holder: str) -> str:
+def tombstone_arg(p: Position, holder: TxnId) -> str:
     """A tombstone to trim, as trim_acks.lua takes it: ``ack key|holder``."""
-    return f"{key}{SEP}{holder}"
+    return f"{ack_key(p)}{SEP}{holder}"
 
 
-@dataclass(frozen=True)
-class Claims:
-    """A claim table as ``list_claims`` reads it, decoded (holders as txn id text)."""
-
-    live: dict[str, str]          # ack key -> holder of a live individual claim
-    tombstones: dict[str, str]    # ack key -> holder whose committed ack it is
-    cumulative: tuple[str, str] | None = None  # (holder, ack key): the live cumulative claim
-    committed: tuple[str, str] | None = None   # (holder, ack key): highest committed cumulative
-    trimmed: str | None = None
-
-    @property
-    def committed_horizon(self) -> str:
-        """The ack key every later claim at or below conflicts with ('' = none)."""
-        return self.committed[1] if self.committed else ""
-
-    @classmethod
-    def decode(cls, table: Mapping[str, str]) -> Claims:
-        live, tombstones = {}, {}
-        cum = tomb = None
-        for k, v in table.items():
-            if k == CUM:
-                cum = _holder_and_key(v)
-            elif k == TOMB:
-                tomb = _holder_and_key(v)
-            elif k == TRIMMED:
-                continue
-            elif v.startswith(TOMBSTONE):
-                tombstones[k] = v[len(TOMBSTONE):]
-            else:
-                live[k] = v
-        return cls(live, tombstones, cum, tomb, table.get(TRIMMED))
+TRIMMED_HOLDER = "an ack at or below the trimmed horizon"  # claim_acks.lua's text
 
 
-@dataclass(frozen=True)
-class ClaimView:
-    """Some messages' rows of a claim table (``claims_of``): what a consumer must know
-    before it hands a received message out or acks it without a transaction."""
-
-    values: Mapping[str, str | None]    # ack key -> its field (None: no claim)
-    cumulative: tuple[str, str] | None  # (holder, ack key): the live cumulative claim
-    committed: tuple[str, str] | None   # (holder, ack key): highest committed cumulative
-    trimmed: str | None                 # tombstones at or below were dropped (on the cursor)
-
-    @classmethod
-    def decode(cls, keys: Sequence[str], row: Sequence[str | None]) -> ClaimView:
-        """``row``: the HMGET of ``keys`` followed by CUM, TOMB, TRIMMED."""
-        n = len(keys)
-        cum, tomb = row[n], row[n + 1]
-        return cls(dict(zip(keys, row[:n])),
-                   _holder_and_key(cum) if cum else None,
-                   _holder_and_key(tomb) if tomb else None, row[n + 2] or None)
-
-    def of(self, key: str) -> tuple[str, str]:
-        """("committed", holder): consumed under a committed txn (holder '' once the
-        cursor passed it); ("held", holder): claimed by a txn that may end either way;
-        ("free", "")."""
-        if self.trimmed and key <= self.trimmed:
-            return "committed", ""
-        if self.committed and key <= self.committed[1]:
-            return "committed", self.committed[0]
-        v = self.values.get(key)
-        if v:
-            if v.startswith(TOMBSTONE):
-                return "committed", v[len(TOMBSTONE):]
-            return "held", v
-        if self.cumulative and key <= self.cumulative[1]:
-            return "held", self.cumulative[0]
-        return "free", ""
+def ack_conflict(key: str, holder: str, committed: bool) -> AckConflict:
+    """A claim script's CONFLICT answer as the typed error."""
+    if holder == TRIMMED_HOLDER:
+        return AckConflict(ack_position(key), None, AckConflictReason.ON_CURSOR)
+    return AckConflict(ack_position(key), TxnId.parse(holder),
+                       AckConflictReason.COMMITTED if committed else AckConflictReason.HELD)
 
 
-def claim_view_fields(keys: Sequence[str]) -> list[str]:
-    """The fields ``ClaimView.decode`` reads, in its order."""
-    return [*keys, CUM, TOMB, TRIMMED]
-
-
-def _holder_and_key(value: str) -> tuple[str, str]:
+def _holding(value: str | None) -> Holding | None:
+    if not value:
+        return None
     holder, _, key = value.partition(SEP)
-    return holder, key
+    return Holding(TxnId.parse(holder), ack_position(key))
 
 
-@dataclass(frozen=True)
-class AckRecord:
-    """A transaction's acks on one (segment, subscription), as ``list_acks`` reads it."""
+def _row(value: str) -> tuple[ClaimKind, TxnId]:
+    if value.startswith(TOMBSTONE):
+        return ClaimKind.COMMITTED, TxnId.parse(value[len(TOMBSTONE):])
+    return ClaimKind.HELD, TxnId.parse(value)
 
-    individual: tuple[str, ...]  # ack keys
-    cumulative: str              # ack key ('' = none)
-    applied: bool                # reached the subscription's cursor
 
-    @classmethod
-    def decode(cls, rec: Mapping) -> AckRecord:
-        ind = rec.get("ind") or ()
-        return cls(tuple(ind) if isinstance(ind, (list, tuple)) else (),
-                   rec.get("cum") or "", bool(rec.get("applied")))
+def decode_claims(table: Mapping[str, str]) -> Claims:
+    """A claim table read whole (HGETALL)."""
+    live: dict[Position, TxnId] = {}
+    tombstones: dict[Position, TxnId] = {}
+    for k, v in table.items():
+        if k in (CUM, TOMB, TRIMMED):
+            continue
+        kind, holder = _row(v)
+        (tombstones if kind is ClaimKind.COMMITTED else live)[ack_position(k)] = holder
+    trimmed = table.get(TRIMMED)
+    return Claims(live, tombstones, _holding(table.get(CUM)), _holding(table.get(TOMB)),
+                  ack_position(trimmed) if trimmed else None)
 
-    def claimed_fields(self) -> list[str]:
-        """The claim-table fields its acks hold (what commit turns into tombstones)."""
-        return list(self.individual) + ([CUM] if self.cumulative else [])
+
+def claim_view_fields(positions: Sequence[Position]) -> list[str]:
+    """The fields ``decode_claim_view`` reads, in its order."""
+    return [*(ack_key(p) for p in positions), CUM, TOMB, TRIMMED]
+
+
+def decode_claim_view(positions: Sequence[Position], row: Sequence[str | None]) -> ClaimView:
+    """``row``: the HMGET of ``claim_view_fields(positions)``."""
+    n = len(positions)
+    trimmed = row[n + 2]
+    return ClaimView({p: _row(v) for p, v in zip(positions, row[:n]) if v},
+                     _holding(row[n]), _holding(row[n + 1]),
+                     ack_position(trimmed) if trimmed else None)
+
+
+def decode_ack_record(rec: Mapping) -> AckRecord:
+    """An ack record's JSON (record_acks.lua) as the typed record."""
+    ind = rec.get("ind") or ()
+    cum = rec.get("cum") or ""
+    return AckRecord(tuple(ack_position(k) for k in ind) if isinstance(ind, (list, tuple))
+                     else (), ack_position(cum) if cum else None, bool(rec.get("applied")))

@@ -18,13 +18,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pulsar_txn.errors import AckConflict, MetastoreError
-from pulsar_txn.records import TxnId
+from pulsar_txn.errors import MetastoreError
+from pulsar_txn.records import Position, TxnId
 
-from .keys import CUM, TOMB, TRIMMED, ClaimView, claim_view_fields
+from .claims import AckRecord, Claims, ClaimView
+from .keys import (
+    CUM,
+    TOMB,
+    TRIMMED,
+    TRIMMED_HOLDER,
+    ack_conflict,
+    ack_key,
+    claim_fields,
+    claim_view_fields,
+    decode_ack_record,
+    decode_claim_view,
+    decode_claims,
+    tombstone_arg,
+)
 from .memory_state import Server
-
-TRIMMED_HOLDER = "an ack at or below the trimmed horizon"  # claim_acks.lua's text
 
 Table = dict[str, str]
 Conflict = tuple[str, str, bool]  # (position, holder, committed)
@@ -123,14 +135,15 @@ def release(table: Table, holder: str, positions: Sequence[str], commit: bool) -
     return n
 
 
-def trim(table: Table, horizon: str, tombstones: Sequence[tuple[str, str]]) -> int:
-    """trim_acks.lua: drop the (position, holder) tombstones at or below the horizon
+def trim(table: Table, horizon: str, tombstones: Sequence[str]) -> int:
+    """trim_acks.lua: drop the ``position|holder`` tombstones at or below the horizon
     still held by that holder; the horizon stays a conflict (raised only)."""
     cur = table.get(TRIMMED)
     if cur is None or horizon > cur:
         table[TRIMMED] = horizon
     n = 0
-    for pos, holder in tombstones:
+    for arg in tombstones:
+        pos, _, holder = arg.partition("|")
         if pos <= horizon and table.get(pos) == "=" + holder:
             del table[pos]
             n += 1
@@ -147,23 +160,24 @@ class AckTables:
         return self._s.claims.setdefault((segment, subscription), {})
 
     def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                   positions: Sequence[str], cumulative: bool,
-                   given: Sequence[str] = ()) -> None:
+                   positions: Sequence[Position], cumulative: bool,
+                   given: Sequence[Position] = ()) -> None:
+        argv = [*map(ack_key, positions), *(map(ack_key, given) if cumulative else ())]
         with self._s.lock:
             conflict = claim(self._claims(segment, subscription), str(txn_id), cumulative,
-                             [*positions, *(given if cumulative else ())])
+                             argv)
         if conflict is not None:
-            position, holder, committed = conflict
-            raise AckConflict(position, holder, committed=committed)
+            raise ack_conflict(*conflict)
 
-    def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
-                     positions: Sequence[str] = (), committed: bool = False) -> int:
+    def release_acks(self, holder: TxnId, segment: str, subscription: str,
+                     positions: Sequence[Position] = (), committed: bool = False,
+                     cumulative: bool = False) -> int:
         with self._s.lock:
             return release(self._claims(segment, subscription), str(holder),
-                           list(positions), committed)
+                           claim_fields(positions, cumulative), committed)
 
     def record_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                    positions: Sequence[str], cumulative: bool) -> None:
+                    positions: Sequence[Position], cumulative: bool) -> None:
         """record_acks.lua: the header check is the fence (no ack joins after the end)."""
         if cumulative and not positions:
             raise MetastoreError("a cumulative ack record needs a position")
@@ -174,28 +188,31 @@ class AckTables:
             if rec is None:
                 rec = txn.acks[(segment, subscription)] = {"ind": [], "cum": "", "applied": False}
                 txn.open_acks += 1
+            keys = [ack_key(p) for p in positions]
             if cumulative:
-                rec["cum"] = max(rec["cum"], positions[0])
+                rec["cum"] = max(rec["cum"], keys[0])
             else:
-                rec["ind"] += [p for p in dict.fromkeys(positions) if p not in rec["ind"]]
+                rec["ind"] += [k for k in dict.fromkeys(keys) if k not in rec["ind"]]
 
-    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]:
+    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], AckRecord]:
         with self._s.lock:
             txn = self._s.part(txn_id.partition).txns.get(txn_id.seq)
-            return {k: {**r, "ind": list(r["ind"])} for k, r in (txn.acks if txn else {}).items()}
+            return {k: decode_ack_record(r) for k, r in (txn.acks if txn else {}).items()}
 
-    def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
+    def list_claims(self, segment: str, subscription: str) -> Claims:
         with self._s.lock:
-            return dict(self._s.claims.get((segment, subscription), {}))
+            return decode_claims(dict(self._s.claims.get((segment, subscription), {})))
 
     def has_claims(self, segment: str, subscription: str) -> bool:
         with self._s.lock:
             return bool(self._s.claims.get((segment, subscription)))
 
-    def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
+    def claims_of(self, segment: str, subscription: str,
+                  positions: Sequence[Position]) -> ClaimView:
         with self._s.lock:
             table = self._s.claims.get((segment, subscription), {})
-            return ClaimView.decode(keys, [table.get(f) for f in claim_view_fields(keys)])
+            row = [table.get(f) for f in claim_view_fields(positions)]
+        return decode_claim_view(positions, row)
 
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:
         """mark_acks_applied.lua."""
@@ -207,7 +224,8 @@ class AckTables:
             rec["applied"] = True
             txn.open_acks -= 1
 
-    def trim_tombstones(self, segment: str, subscription: str, horizon: str,
-                        tombstones: Sequence[tuple[str, str]]) -> int:
+    def trim_tombstones(self, segment: str, subscription: str, horizon: Position,
+                        tombstones: Sequence[tuple[Position, TxnId]]) -> int:
+        args = [tombstone_arg(p, h) for p, h in tombstones]
         with self._s.lock:
-            return trim(self._claims(segment, subscription), horizon, tombstones)
+            return trim(self._claims(segment, subscription), ack_key(horizon), args)

@@ -3,8 +3,9 @@
 Why apart: a topic's layout is its own slot in Redis (keys.py), touched by no
 transaction script, and these methods follow create_topic.lua, change_layout.lua
 and seal_end.lua, each one atomic under the store's lock. Descriptors are kept as
-the JSON the caller gave; a sealed parent is re-encoded, as the scripts re-encode
-it (cjson writes an empty list as ``{}``; readers accept both).
+the JSON the scripts would hold (keys.encode_segment); a sealed parent is re-encoded,
+as the scripts re-encode it (cjson writes an empty list as ``{}``; readers accept
+both), and callers get ``Segment`` records.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 from pulsar_txn.errors import ConfigError, TopicNotFound
+from pulsar_txn.records import Position, Segment
 from pulsar_txn.state import SegmentState
 
 from .base import LayoutChange, LayoutRecord, LayoutVerdict
+from .keys import decode_end, decode_segment, encode_end, encode_segment
 from .memory_state import Server, Topic, decode
 from .memory_watch import MemoryTopicWatch
 
@@ -26,10 +29,10 @@ class Layouts:
     _s: Server
     _watches: list
 
-    def create_topic(self, topic: str, segments: Sequence[str], next_id: int,
+    def create_topic(self, topic: str, segments: Sequence[Segment], next_id: int,
                      hash_fn: str = "murmur3") -> bool:
         """create_topic.lua: epoch 1; False if the topic exists."""
-        segs = {int(decode(raw)["id"]): raw for raw in segments}
+        segs = {int(decode(raw)["id"]): raw for raw in map(encode_segment, segments)}
         with self._s.lock:
             self._s.topic_names.add(topic)
             if topic in self._s.topics:
@@ -41,17 +44,24 @@ class Layouts:
     def get_layout(self, topic: str) -> LayoutRecord | None:
         with self._s.lock:
             t = self._s.topics.get(topic)
-            return None if t is None else LayoutRecord(t.epoch, t.next, dict(t.segs), t.version,
-                                                       t.hash_fn)
+            if t is None:
+                return None
+            segs = dict(t.segs)
+            record = t.epoch, t.next, t.version, t.hash_fn
+        epoch, nxt, version, hash_fn = record
+        return LayoutRecord(epoch, nxt, {i: decode_segment(raw) for i, raw in segs.items()},
+                            version, hash_fn)
 
-    def get_segment(self, topic: str, segment_id: int) -> str | None:
+    def get_segment(self, topic: str, segment_id: int) -> Segment | None:
         with self._s.lock:
             t = self._s.topics.get(topic)
-            return None if t is None else t.segs.get(int(segment_id))
+            raw = None if t is None else t.segs.get(int(segment_id))
+        return None if raw is None else decode_segment(raw)
 
     def change_layout(self, topic: str, expected_epoch: int, parents: Sequence[int],
-                      children: Sequence[str], next_id: int) -> LayoutChange:
+                      children: Sequence[Segment], next_id: int) -> LayoutChange:
         """change_layout.lua: seal the parents, create the children, bump the epoch."""
+        children = [encode_segment(c) for c in children]
         kids = [decode(raw) for raw in children]
         with self._s.lock:
             t = self._s.topics.get(topic)
@@ -77,8 +87,11 @@ class Layouts:
             self._s.publish_topic(topic)
             return LayoutChange(LayoutVerdict.APPLIED, str(epoch))
 
-    def seal_end(self, topic: str, segment_id: int, end: str) -> str:
+    def seal_end(self, topic: str, segment_id: int, end: Position) -> Position:
         """seal_end.lua: the first caller's end stands."""
+        return decode_end(self._seal_end(topic, segment_id, encode_end(end)))
+
+    def _seal_end(self, topic: str, segment_id: int, end: str) -> str:
         with self._s.lock:
             t = self._s.topics.get(topic)
             raw = t.segs.get(int(segment_id)) if t else None

@@ -13,13 +13,18 @@ from collections.abc import Sequence
 
 import redis
 
-from pulsar_txn.errors import AckConflict
-from pulsar_txn.records import TxnId
+from pulsar_txn.records import Position, TxnId
 
+from .claims import AckRecord, Claims, ClaimView
 from .keys import (
-    ClaimView,
     Keys,
+    ack_conflict,
+    ack_key,
+    claim_fields,
     claim_view_fields,
+    decode_ack_record,
+    decode_claim_view,
+    decode_claims,
     record_field,
     split_record_field,
     tombstone_arg,
@@ -37,68 +42,71 @@ class RedisAcks:
 
     @translate
     def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                   positions: Sequence[str], cumulative: bool,
-                   given: Sequence[str] = ()) -> None:
+                   positions: Sequence[Position], cumulative: bool,
+                   given: Sequence[Position] = ()) -> None:
         res = self.scripts.claim_acks(
             keys=[self.keys.ack_claims(segment, subscription)],
-            args=[str(txn_id), "cum" if cumulative else "ind", *positions,
-                  *(given if cumulative else ())])
+            args=[str(txn_id), "cum" if cumulative else "ind", *map(ack_key, positions),
+                  *(map(ack_key, given) if cumulative else ())])
         if res[0] == "CONFLICT":
-            raise AckConflict(res[1], res[2], committed=res[3] == "COMMITTED")
+            raise ack_conflict(res[1], res[2], committed=res[3] == "COMMITTED")
 
     @translate
-    def release_acks(self, holder: TxnId | str, segment: str, subscription: str,
-                     positions: Sequence[str] = (), committed: bool = False) -> int:
+    def release_acks(self, holder: TxnId, segment: str, subscription: str,
+                     positions: Sequence[Position] = (), committed: bool = False,
+                     cumulative: bool = False) -> int:
         """Settle a holder's claims: delete them, or (``committed``) turn them into
         tombstones that conflict with every later claim of those messages."""
         return int(self.scripts.release_acks(
             keys=[self.keys.ack_claims(segment, subscription)],
-            args=[str(holder), "commit" if committed else "release", *positions]))
+            args=[str(holder), "commit" if committed else "release",
+                  *claim_fields(positions, cumulative)]))
 
     @translate
     def record_acks(self, txn_id: TxnId, segment: str, subscription: str,
-                    positions: Sequence[str], cumulative: bool) -> None:
+                    positions: Sequence[Position], cumulative: bool) -> None:
         p, k, seq = txn_id.partition, self.keys, txn_id.seq
         res = self.scripts.record_acks(
             keys=[k.header(p, seq), k.acks(p, seq)],
             args=[record_field(segment, subscription), "cum" if cumulative else "ind",
-                  *positions])
+                  *map(ack_key, positions)])
         if res[0] != "OK":
             raise_txn_status(txn_id, res)
 
     @translate
-    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], dict]:
+    def list_acks(self, txn_id: TxnId) -> dict[tuple[str, str], AckRecord]:
         raw = self.r.hgetall(self.keys.acks(txn_id.partition, txn_id.seq))
         out = {}
         for field, value in raw.items():
             rec = json.loads(value)
             if isinstance(rec.get("ind"), dict):  # cjson encodes an empty array as {}
                 rec["ind"] = []
-            out[split_record_field(field)] = rec
+            out[split_record_field(field)] = decode_ack_record(rec)
         return out
 
     @translate
-    def list_claims(self, segment: str, subscription: str) -> dict[str, str]:
-        return self.r.hgetall(self.keys.ack_claims(segment, subscription))
+    def list_claims(self, segment: str, subscription: str) -> Claims:
+        return decode_claims(self.r.hgetall(self.keys.ack_claims(segment, subscription)))
 
     @translate
     def has_claims(self, segment: str, subscription: str) -> bool:
         return bool(self.r.exists(self.keys.ack_claims(segment, subscription)))
 
     @translate
-    def claims_of(self, segment: str, subscription: str, keys: Sequence[str]) -> ClaimView:
+    def claims_of(self, segment: str, subscription: str,
+                  positions: Sequence[Position]) -> ClaimView:
         row = self.r.hmget(self.keys.ack_claims(segment, subscription),
-                           claim_view_fields(keys))
-        return ClaimView.decode(keys, row)
+                           claim_view_fields(positions))
+        return decode_claim_view(positions, row)
 
     @translate
-    def trim_tombstones(self, segment: str, subscription: str, horizon: str,
-                        tombstones: Sequence[tuple[str, str]]) -> int:
+    def trim_tombstones(self, segment: str, subscription: str, horizon: Position,
+                        tombstones: Sequence[tuple[Position, TxnId]]) -> int:
         """Drop the (position, holder) tombstones at or below ``horizon`` still held by
         that holder; the horizon stays a conflict for later claims (trim_acks.lua)."""
         return int(self.scripts.trim_acks(
             keys=[self.keys.ack_claims(segment, subscription)],
-            args=[horizon, *(tombstone_arg(p, h) for p, h in tombstones)]))
+            args=[ack_key(horizon), *(tombstone_arg(p, h) for p, h in tombstones)]))
 
     @translate
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:

@@ -55,19 +55,34 @@ def test_member_encodings_round_trip():
     assert k.sink_id(3, k.sink(3, "q-1")) == "q-1"
 
 
-def test_claim_tables_and_ack_records_decode():
-    from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, AckRecord, Claims
+def test_claim_tables_and_ack_records_decode_to_typed_values():
+    """The encodings stay inside the store: a claim table and an ack record come out
+    as Positions and TxnIds (whole entries after their batch indexes)."""
+    from pulsar_txn.metastore.claims import AckRecord, Claims, Holding
+    from pulsar_txn.metastore.keys import (
+        CUM,
+        TOMB,
+        TRIMMED,
+        ack_key,
+        claim_fields,
+        decode_ack_record,
+        decode_claims,
+    )
+    from pulsar_txn.records import Position, TxnId
 
-    claims = Claims.decode({"a": "v5:1:2", "b": "=v5:1:3", CUM: "v5:1:4|c",
-                            TOMB: "v5:1:5|d", TRIMMED: "e"})
-    assert claims.live == {"a": "v5:1:2"} and claims.tombstones == {"b": "v5:1:3"}
-    assert claims.cumulative == ("v5:1:4", "c") and claims.committed == ("v5:1:5", "d")
-    assert claims.trimmed == "e" and claims.committed_horizon == "d"
-    assert Claims.decode({}).committed_horizon == ""
-    rec = AckRecord.decode({"ind": ["a", "b"], "cum": "c", "applied": True})
-    assert rec == AckRecord(("a", "b"), "c", True)
-    assert rec.claimed_fields() == ["a", "b", CUM]
-    assert AckRecord.decode({"ind": {}, "cum": ""}).claimed_fields() == []  # cjson's {}
+    a, b, c, d, e = (Position(1, i) for i in range(5))
+    claims = decode_claims({ack_key(a): "v5:1:2", ack_key(b): "=v5:1:3",
+                            CUM: f"v5:1:4|{ack_key(c)}", TOMB: f"v5:1:5|{ack_key(d)}",
+                            TRIMMED: ack_key(e)})
+    assert claims == Claims({a: TxnId(1, 2)}, {b: TxnId(1, 3)}, Holding(TxnId(1, 4), c),
+                            Holding(TxnId(1, 5), d), e)
+    assert claims.committed_horizon == d and decode_claims({}).committed_horizon is None
+    rec = decode_ack_record({"ind": [ack_key(a), ack_key(b)], "cum": ack_key(c),
+                             "applied": True})
+    assert rec == AckRecord((a, b), c, True)
+    assert claim_fields(rec.individual, rec.cumulative is not None) == [
+        ack_key(a), ack_key(b), CUM]
+    assert decode_ack_record({"ind": {}, "cum": ""}).empty  # cjson's {} for []
 
 
 @pytest.mark.parametrize("partitions", [3, 12, 16, 64])

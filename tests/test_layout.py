@@ -202,6 +202,16 @@ def test_no_store_status_string_crosses_the_store_boundary():
     assert offenders == []
 
 
+def test_the_stores_encodings_stay_inside_the_metastore():
+    """Issue 32: the store interface speaks Positions, TxnIds and typed records; only
+    the backends know keys, fields and their encodings (metastore/keys.py)."""
+    offenders = [f"{name} imports {dep}" for name, path in sorted(MODULES.items())
+                 if not name.startswith("pulsar_txn.metastore")
+                 for dep in sorted(_imports(name, path))
+                 if dep == "pulsar_txn.metastore.keys"]
+    assert offenders == []
+
+
 def test_pulsar_txn_imports_sit_at_module_top():
     """Only pyspark and heavy third-party imports are lazy (the reason is in
     pulsar_txn/spark/__init__.py); a package import inside a function hides an

@@ -31,7 +31,7 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.metastore import MemoryMetadataStore, open_store
 from pulsar_txn.metastore.base import Collected
-from pulsar_txn.metastore.keys import CUM, TOMB, ack_key
+from pulsar_txn.metastore.claims import ClaimKind, Claims, Holding
 from pulsar_txn.pending_ack import PendingAckStore, settle_committed_acks
 from pulsar_txn.records import (
     PROP_DEPLOYMENT,
@@ -167,7 +167,7 @@ def test_the_gc_sweep_respects_retention_and_keeps_the_losers(coord, store, cloc
     write(store, t, "s", "lose", 2)
     store.end_txn(t, COMMITTED, ["win"])  # not materialized: the sweep must do it first
     pending = coord.new_transaction().txn_id
-    key = ack_key(Position(1, 1))
+    key = Position(1, 1)
     store.claim_acks(pending, "s", "sub", [key], False)
     store.record_acks(pending, "s", "sub", [key], False)
     coord.commit(pending)  # its consumer died before applying: ACKS_PENDING
@@ -180,7 +180,7 @@ def test_the_gc_sweep_respects_retention_and_keeps_the_losers(coord, store, cloc
     assert store.get_header(t) is None and store.collected([t]) == {t}
     assert store.aborted_writers("s", [(t, "win"), (t, "lose")]) == {(t, "lose")}
     assert store.get_header(pending) is None
-    assert store.claims_of("s", "sub", [key]).of(key) == ("committed", str(pending))
+    assert store.claims_of("s", "sub", [key]).of(key) == (ClaimKind.COMMITTED, pending)
 
 
 def test_the_background_materializer_cleans_after_commit_returns(store):
@@ -395,7 +395,7 @@ def test_two_txns_cannot_ack_one_message_until_the_first_aborts(coord, store):
     assert e.value.holder == str(t1) and not e.value.committed
     coord.abort(t1)  # no on_end yet: the claim is void all the same
     pas.acknowledge(t2, [P(2)])
-    assert store.list_claims("s", "sub") == {ack_key(P(2)): str(t2)}
+    assert store.list_claims("s", "sub") == Claims({P(2): t2}, {})
 
 
 def test_a_second_ack_of_one_message_in_one_txn_conflicts(coord, store):
@@ -421,10 +421,10 @@ def test_commit_applies_the_acks_and_leaves_tombstones(coord, store):
     coord.commit(t1)
     pas.on_end(t1, COMMITTED)
     assert broker.applied == [([P(1)], False), ([P(5)], True)]
-    assert store.list_acks(t1)[("s", "sub")]["applied"] is True
+    assert store.list_acks(t1)[("s", "sub")].applied is True
     claims = store.list_claims("s", "sub")
-    assert claims[ack_key(P(1))] == f"={t1}" and claims[TOMB] == f"{t1}|{ack_key(P(5))}"
-    assert CUM not in claims
+    assert claims.tombstones[P(1)] == t1 and claims.committed == Holding(t1, P(5))
+    assert claims.cumulative is None
     for ps in ([P(1)], [P(3)]):
         with pytest.raises(AckConflict) as e:
             pas.acknowledge(t2, ps)
@@ -439,7 +439,7 @@ def test_abort_releases_the_claims_and_redelivers(coord, store):
     pas.acknowledge(t, [P(1), P(2)])
     coord.abort(t)
     pas.on_end(t, ABORTED)
-    assert store.list_claims("s", "sub") == {} and broker.applied == []
+    assert store.list_claims("s", "sub") == Claims({}, {}) and broker.applied == []
     assert sorted(broker.redelivered) == [P(1), P(2)]
 
 
@@ -449,7 +449,7 @@ def test_an_ack_under_an_ended_txn_is_fenced_and_leaves_no_claim(coord, store):
     coord.commit(t)
     with pytest.raises(TxnNotOpen):
         pas.acknowledge(t, [P(1)])
-    assert store.list_claims("s", "sub") == {}
+    assert store.list_claims("s", "sub") == Claims({}, {})
 
 
 def test_recovery_applies_committed_acks_a_crash_left(coord, store):
@@ -461,7 +461,7 @@ def test_recovery_applies_committed_acks_a_crash_left(coord, store):
     assert fresh.recover() == {"applied": 1, "released": 0, "open": 0, "failed": 0}
     assert broker.applied == [([P(3)], False)]
     # the tombstone, not the applied ack, is what consumers act on when P(3) comes again
-    assert store.claims_of("s", "sub", [ack_key(P(3))]).of(ack_key(P(3)))[0] == "committed"
+    assert store.claims_of("s", "sub", [P(3)]).of(P(3))[0] is ClaimKind.COMMITTED
     assert fresh.recover() == {"applied": 0, "released": 0, "open": 0, "failed": 0}
 
 
@@ -478,7 +478,7 @@ def test_committed_acks_the_broker_refuses_are_still_settled(coord, store):
     fresh = PendingAckStore(store, "s", "sub", apply=refuse)
     assert fresh.recover() == {"applied": 0, "released": 0, "open": 0, "failed": 1}
     assert store.get_header(t).open_ack_records == 0
-    assert store.claims_of("s", "sub", [ack_key(P(2))]).of(ack_key(P(2)))[0] == "committed"
+    assert store.claims_of("s", "sub", [P(2)]).of(P(2))[0] is ClaimKind.COMMITTED
 
 
 def test_settle_without_a_consumer_unpins_an_acks_pending_txn(coord, store):
@@ -488,18 +488,19 @@ def test_settle_without_a_consumer_unpins_an_acks_pending_txn(coord, store):
     assert store.get_header(t).open_ack_records == 1
     assert settle_committed_acks(store, t) == 1
     assert store.get_header(t).open_ack_records == 0
-    view = store.claims_of("s", "sub", [ack_key(P(1)), ack_key(P(4)), ack_key(P(2))])
-    assert [view.of(ack_key(P(i)))[0] for i in (1, 4, 2)] == ["committed", "committed", "free"]
+    view = store.claims_of("s", "sub", [P(1), P(4), P(2)])
+    assert [view.of(P(i))[0] for i in (1, 4, 2)] == [
+        ClaimKind.COMMITTED, ClaimKind.COMMITTED, ClaimKind.FREE]
 
 
 def test_a_claim_whose_holder_was_collected_is_void(coord, store, clock):
     t1, t2 = coord.new_transaction().txn_id, coord.new_transaction().txn_id
-    store.claim_acks(t1, "s", "sub", [ack_key(P(1))], False)  # claimed, never recorded
+    store.claim_acks(t1, "s", "sub", [P(1)], False)  # claimed, never recorded
     coord.abort(t1)
     clock.advance(10)
     assert coord.sweep_gc(retention_ms=0) == 1
     Broker().pas(store).acknowledge(t2, [P(1)])
-    assert store.list_claims("s", "sub") == {ack_key(P(1)): str(t2)}
+    assert store.list_claims("s", "sub") == Claims({P(1): t2}, {})
 
 
 def test_trim_drops_tombstones_behind_the_cursor_only(coord, store):
@@ -512,7 +513,7 @@ def test_trim_drops_tombstones_behind_the_cursor_only(coord, store):
     broker.cursor = P(2)
     assert pas.trim() == 2
     claims = store.list_claims("s", "sub")
-    assert ack_key(P(9)) in claims and ack_key(P(1)) not in claims
+    assert P(9) in claims.tombstones and P(1) not in claims.tombstones
     with pytest.raises(AckConflict):  # the horizon still conflicts
         pas.acknowledge(coord.new_transaction().txn_id, [P(1)])
 

@@ -22,6 +22,7 @@ import pytest
 
 from pulsar_txn.errors import (
     AckConflict,
+    AckConflictReason,
     ConfigError,
     InvalidTxnTransition,
     MetastoreError,
@@ -43,13 +44,14 @@ from pulsar_txn.metastore.base import (
     Materialized,
     MetadataStore,
 )
-from pulsar_txn.metastore.keys import CUM, TOMB, TRIMMED, ack_key
-from pulsar_txn.metastore.memory_acks import TRIMMED_HOLDER
+from pulsar_txn.metastore.claims import AckRecord, ClaimKind, Claims, Holding
 from pulsar_txn.records import (
+    BEFORE_EARLIEST,
     WIRE_ONE,
     WIRE_THREE,
     OpenWrite,
     Position,
+    Segment,
     SinkBatch,
     TxnEvent,
     TxnId,
@@ -57,7 +59,6 @@ from pulsar_txn.records import (
     partition_of,
     sink_owner,
 )
-from pulsar_txn.scalable.dag import Segment
 from pulsar_txn.state import SegmentState, TxnState
 
 P = 4  # partitions: few, so that txns share partitions and per-partition rules show
@@ -179,12 +180,13 @@ def finished(store, t: TxnId, state=COMMITTED, winners=None) -> int:
     return header.finalized_ms
 
 
-def K(entry: int, ledger: int = 1) -> str:
-    return ack_key(Position(ledger, entry))
+def K(entry: int, ledger: int = 1) -> Position:
+    """A message of segment "s" (ledger 1): what an ack names."""
+    return Position(ledger, entry)
 
 
-def seg_json(i: int, lo: int, hi: int, **kw) -> str:
-    return Segment(i, lo, hi, f"persistent://public/default/s-{i}", **kw).to_json()
+def seg(i: int, lo: int, hi: int, **kw) -> Segment:
+    return Segment(i, lo, hi, f"persistent://public/default/s-{i}", **kw)
 
 
 def drain(q: queue.Queue, until: Callable[[list], bool], timeout: float = 5.0) -> list:
@@ -378,7 +380,7 @@ def test_concurrent_claims_of_one_message_leave_one_holder(backend):
     def claim(i: int) -> None:
         try:
             clients[i % 3].claim_acks(txns[i], "s", "sub", [K(1)], i % 2 == 0)
-            won.append(str(txns[i]))
+            won.append(txns[i])
         except AckConflict:
             pass
 
@@ -389,7 +391,7 @@ def test_concurrent_claims_of_one_message_leave_one_holder(backend):
         th.join(10)
     claims = backend.store.list_claims("s", "sub")
     assert len(won) == 1
-    assert claims.get(K(1)) == won[0] or claims.get(CUM) == f"{won[0]}|{K(1)}"
+    assert claims.live.get(K(1)) == won[0] or claims.cumulative == Holding(won[0], K(1))
 
 
 def test_ending_an_unknown_txn_is_not_found(store):
@@ -416,8 +418,8 @@ def test_a_commit_finding_fewer_records_than_its_process_made_aborts(store, lost
     without its acks (or the other way round): the same CAS aborts it instead."""
     t = new_txn(store)
     wrote(store, t, "s", "w", 5)
-    store.record_acks(t, "s", "sub", [ack_key(Position(1, 1))], False)
-    store.record_acks(t, "s", "sub", [ack_key(Position(1, 2))], False)
+    store.record_acks(t, "s", "sub", [K(1)], False)
+    store.record_acks(t, "s", "sub", [K(2)], False)
     made = (2, 2) if lost == "write" else (1, 3)
     with pytest.raises(TxnRecordsLost) as err:
         store.end_txn(t, COMMITTED, ["w"], made=made)
@@ -425,7 +427,7 @@ def test_a_commit_finding_fewer_records_than_its_process_made_aborts(store, lost
     assert store.get_header(t).state is ABORTED
     ok = new_txn(store)
     wrote(store, ok, "s", "w", 6)
-    store.record_acks(ok, "s", "sub", [ack_key(Position(1, 3))], False)
+    store.record_acks(ok, "s", "sub", [K(3)], False)
     assert store.end_txn(ok, COMMITTED, ["w"], made=(1, 1))[0].state is COMMITTED
 
 
@@ -698,16 +700,21 @@ def test_withdraw_only_a_registration_without_position(store):
 
 
 # ---- acks: claims ----
+HELD = AckConflictReason.HELD
+COMMITTED_ACK = AckConflictReason.COMMITTED
+ON_CURSOR = AckConflictReason.ON_CURSOR
+
+
 def test_two_txns_cannot_claim_one_message(store):
     t1, t2 = new_txn(store), new_txn(store)
     store.claim_acks(t1, "s", "sub", [K(1), K(2)], False)
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t2, "s", "sub", [K(2), K(3)], False)
-    assert (e.value.position, e.value.holder, e.value.committed) == (K(2), str(t1), False)
-    assert K(3) not in store.list_claims("s", "sub")  # all or nothing
+    assert (e.value.position, e.value.holder_id, e.value.reason) == (K(2), t1, HELD)
+    assert K(3) not in store.list_claims("s", "sub").live  # all or nothing
     store.claim_acks(t1, "s", "sub", [K(1)], False)  # its own claim again
     store.claim_acks(t2, "s", "other-sub", [K(1)], False)  # another subscription
-    assert store.list_claims("s", "sub") == {K(1): str(t1), K(2): str(t1)}
+    assert store.list_claims("s", "sub") == Claims({K(1): t1, K(2): t1}, {})
 
 
 def test_a_cumulative_claim_covers_everything_below_it(store):
@@ -715,16 +722,16 @@ def test_a_cumulative_claim_covers_everything_below_it(store):
     store.claim_acks(t2, "s", "sub", [K(9)], False)
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t1, "s", "sub", [K(10)], True)
-    assert (e.value.position, e.value.holder) == (K(9), str(t2))
+    assert (e.value.position, e.value.holder_id) == (K(9), t2)
     store.claim_acks(t1, "s", "sub", [K(5)], True)
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t2, "s", "sub", [K(3)], False)
-    assert e.value.holder == str(t1) and not e.value.committed
+    assert (e.value.holder_id, e.value.reason) == (t1, HELD)
     with pytest.raises(AckConflict):
         store.claim_acks(t2, "s", "sub", [K(7)], True)
     store.claim_acks(t2, "s", "sub", [K(6)], False)
     store.claim_acks(t1, "s", "sub", [K(4)], True)  # raised only, never lowered
-    assert store.list_claims("s", "sub")[CUM] == f"{t1}|{K(5)}"
+    assert store.list_claims("s", "sub").cumulative == Holding(t1, K(5))
 
 
 def test_release_frees_the_holders_claims_only(store):
@@ -733,7 +740,7 @@ def test_release_frees_the_holders_claims_only(store):
     store.claim_acks(t2, "s", "sub", [K(3)], False)
     assert store.release_acks(t1, "s", "sub", [K(1)]) == 1
     assert store.release_acks(t1, "s", "sub") == 1
-    assert store.list_claims("s", "sub") == {K(3): str(t2)}
+    assert store.list_claims("s", "sub") == Claims({K(3): t2}, {})
     store.claim_acks(t2, "s", "sub", [K(1)], False)
 
 
@@ -741,13 +748,13 @@ def test_a_committed_ack_stays_a_conflict(store):
     t1, t2 = new_txn(store), new_txn(store)
     store.claim_acks(t1, "s", "sub", [K(1), K(2)], False)
     assert store.release_acks(t1, "s", "sub", [K(1), K(2)], committed=True) == 2
-    assert store.list_claims("s", "sub") == {K(1): f"={t1}", K(2): f"={t1}"}
+    assert store.list_claims("s", "sub") == Claims({}, {K(1): t1, K(2): t1})
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t2, "s", "sub", [K(2)], False)
-    assert (e.value.holder, e.value.committed) == (str(t1), True)
+    assert (e.value.holder_id, e.value.reason) == (t1, COMMITTED_ACK)
     with pytest.raises(AckConflict) as e:  # given again to a consumer: a redelivery
         store.claim_acks(t2, "s", "sub", [K(5)], True, given=[K(1)])
-    assert (e.value.position, e.value.committed) == (K(1), True)
+    assert (e.value.position, e.value.reason) == (K(1), COMMITTED_ACK)
     store.claim_acks(t2, "s", "sub", [K(5)], True)  # acking past acked messages is fine
     assert store.release_acks(t1, "s", "sub") == 0  # tombstones are not claims
 
@@ -755,19 +762,20 @@ def test_a_committed_ack_stays_a_conflict(store):
 def test_a_committed_cumulative_ack_raises_the_tombstone(store):
     t1, t2, t3 = new_txn(store), new_txn(store), new_txn(store)
     store.claim_acks(t1, "s", "sub", [K(5)], True)
-    assert store.release_acks(t1, "s", "sub", [CUM], committed=True) == 1
+    assert store.release_acks(t1, "s", "sub", cumulative=True, committed=True) == 1
     claims = store.list_claims("s", "sub")
-    assert CUM not in claims and claims[TOMB] == f"{t1}|{K(5)}"
+    assert claims == Claims({}, {}, None, Holding(t1, K(5)))
+    assert claims.committed_horizon == K(5)
     for positions, cumulative in (([K(5)], False), ([K(3)], True)):
         with pytest.raises(AckConflict) as e:
             store.claim_acks(t2, "s", "sub", positions, cumulative)
-        assert (e.value.holder, e.value.committed) == (str(t1), True)
+        assert (e.value.holder_id, e.value.reason) == (t1, COMMITTED_ACK)
     store.claim_acks(t2, "s", "sub", [K(8)], True)
     store.release_acks(t2, "s", "sub", committed=True)  # every claim of the holder
-    assert store.list_claims("s", "sub")[TOMB] == f"{t2}|{K(8)}"
+    assert store.list_claims("s", "sub").committed == Holding(t2, K(8))
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t3, "s", "sub", [K(6)], False)
-    assert (e.value.holder, e.value.committed) == (str(t2), True)
+    assert (e.value.holder_id, e.value.reason) == (t2, COMMITTED_ACK)
     store.claim_acks(t3, "s", "sub", [K(9)], False)
 
 
@@ -777,15 +785,15 @@ def test_trimmed_tombstones_leave_their_horizon_as_a_conflict(store):
     store.release_acks(t1, "s", "sub", committed=True)
     store.claim_acks(t2, "s", "sub", [K(3)], False)
     dropped = store.trim_tombstones("s", "sub", K(2),
-                                    [(K(1), str(t1)), (K(2), str(t3)), (K(4), str(t1))])
+                                    [(K(1), t1), (K(2), t3), (K(4), t1)])
     assert dropped == 1  # K(2): another holder named; K(4): above the horizon
-    assert store.list_claims("s", "sub") == {K(2): f"={t1}", K(3): str(t2), K(4): f"={t1}",
-                                             TRIMMED: K(2)}
+    assert store.list_claims("s", "sub") == Claims({K(3): t2}, {K(2): t1, K(4): t1},
+                                                   trimmed=K(2))
     with pytest.raises(AckConflict) as e:
         store.claim_acks(t3, "s", "sub", [K(1)], False)
-    assert (e.value.holder, e.value.committed) == (TRIMMED_HOLDER, True)
+    assert (e.value.holder_id, e.value.reason, e.value.committed) == (None, ON_CURSOR, True)
     store.trim_tombstones("s", "sub", K(1), [])
-    assert store.list_claims("s", "sub")[TRIMMED] == K(2)  # raised only
+    assert store.list_claims("s", "sub").trimmed == K(2)  # raised only
 
 
 def test_claims_of_tells_free_held_and_committed_messages(store):
@@ -801,15 +809,35 @@ def test_claims_of_tells_free_held_and_committed_messages(store):
     assert store.has_claims("s", "sub") and not store.has_claims("s", "other")
     view = store.claims_of("s", "sub", keys)
     kinds = {i: view.of(K(i)) for i in range(1, 13)}
-    assert kinds[10] == ("held", str(t1)) and kinds[8] == kinds[2] == ("held", str(t3))
-    assert kinds[4] == kinds[6] == ("committed", str(t2))
-    assert kinds[11] == kinds[12] == ("free", "")
+    assert kinds[10] == (ClaimKind.HELD, t1)
+    assert kinds[8] == kinds[2] == (ClaimKind.HELD, t3)
+    assert kinds[4] == kinds[6] == (ClaimKind.COMMITTED, t2)
+    assert kinds[11] == kinds[12] == (ClaimKind.FREE, None)
     store.release_acks(t3, "s", "sub", committed=True)  # the cumulative claim commits
     view = store.claims_of("s", "sub", keys)
-    assert view.of(K(8)) == ("committed", str(t3)) and view.of(K(11)) == ("free", "")
-    store.trim_tombstones("s", "sub", K(6), [(K(4), str(t2)), (K(6), str(t2))])
-    assert store.claims_of("s", "sub", [K(4)]).of(K(4))[0] == "committed"
-    assert store.claims_of("s", "other", keys).of(K(10)) == ("free", "")
+    assert view.of(K(8)) == (ClaimKind.COMMITTED, t3)
+    assert view.of(K(11)) == (ClaimKind.FREE, None)
+    store.trim_tombstones("s", "sub", K(6), [(K(4), t2), (K(6), t2)])
+    assert store.claims_of("s", "sub", [K(4)]).of(K(4)) == (ClaimKind.COMMITTED, None)
+    assert store.claims_of("s", "other", keys).of(K(10)) == (ClaimKind.FREE, None)
+
+
+def test_a_whole_entry_sorts_after_its_batch_indexes_in_claims(store):
+    """Ack order, not Position order: a cumulative claim of batch index 2 of entry 5
+    holds indexes 0..2 and not the entry as a whole (batch -1), and a horizon at the
+    whole entry covers every index of it."""
+    t1, t2 = new_txn(store), new_txn(store)
+    store.claim_acks(t1, "s", "sub", [Position(1, 5, 2)], True)
+    view = store.claims_of("s", "sub", [Position(1, 5, 0), Position(1, 5, 3),
+                                        Position(1, 5), Position(1, 4)])
+    assert view.of(Position(1, 5, 0)) == view.of(Position(1, 4)) == (ClaimKind.HELD, t1)
+    assert view.of(Position(1, 5, 3)) == view.of(Position(1, 5)) == (ClaimKind.FREE, None)
+    store.claim_acks(t2, "s", "other", [Position(1, 5, 1)], False)
+    store.release_acks(t2, "s", "other", committed=True)
+    store.trim_tombstones("s", "other", Position(1, 5), [(Position(1, 5, 1), t2)])
+    assert store.claims_of("s", "other", [Position(1, 5, 7)]).of(Position(1, 5, 7)) == (
+        ClaimKind.COMMITTED, None)
+    assert store.list_claims("s", "other") == Claims({}, {}, trimmed=Position(1, 5))
 
 
 def test_a_cumulative_claim_needs_a_position(store):
@@ -827,13 +855,13 @@ def test_ack_records_accumulate_under_an_open_txn(backend, store):
     store.record_acks(t, "s", "sub", [K(6)], True)
     store.record_acks(t, "s2", "sub", [K(1)], False)
     acks = store.list_acks(t)
-    assert acks[("s", "sub")] == {"ind": [K(1), K(2), K(3)], "cum": K(7), "applied": False}
-    assert acks[("s2", "sub")]["ind"] == [K(1)] and acks[("s2", "sub")]["cum"] == ""
+    assert acks[("s", "sub")] == AckRecord((K(1), K(2), K(3)), K(7), applied=False)
+    assert acks[("s2", "sub")] == AckRecord((K(1),), None, applied=False)
     assert store.get_header(t).open_ack_records == 2
     store.mark_acks_applied(t, "s", "sub")
     store.mark_acks_applied(t, "s", "sub")
     store.mark_acks_applied(t, "s", "never")
-    assert store.list_acks(t)[("s", "sub")]["applied"] is True
+    assert store.list_acks(t)[("s", "sub")].applied is True
     assert store.get_header(t).open_ack_records == 1
 
 
@@ -868,33 +896,34 @@ TOPIC = "public/default/orders"
 
 
 def test_a_topic_is_created_once(store):
-    segs = [seg_json(0, 0, 32767), seg_json(1, 32768, 65535)]
+    segs = [seg(0, 0, 32767), seg(1, 32768, 65535)]
     assert store.create_topic(TOPIC, segs, 2, "murmur3") is True
-    assert store.create_topic(TOPIC, [seg_json(0, 0, 65535)], 1, "crc32") is False
+    assert store.create_topic(TOPIC, [seg(0, 0, 65535)], 1, "crc32") is False
     assert store.get_layout(TOPIC) == (1, 2, {0: segs[0], 1: segs[1]}, 1, "murmur3")
     assert store.get_segment(TOPIC, 1) == segs[1] and store.get_segment(TOPIC, 7) is None
+    assert isinstance(store.get_segment(TOPIC, 0), Segment)
     assert store.get_layout("public/default/none") is None
     assert TOPIC in store.list_topics()
 
 
 def test_a_layout_change_is_one_epoch_checked_step(store):
-    store.create_topic(TOPIC, [seg_json(0, 0, 32767), seg_json(1, 32768, 65535)], 2)
-    kids = [seg_json(2, 0, 16383, parents=(0,), created_epoch=2),
-            seg_json(3, 16384, 32767, parents=(0,), created_epoch=2)]
+    store.create_topic(TOPIC, [seg(0, 0, 32767), seg(1, 32768, 65535)], 2)
+    kids = [seg(2, 0, 16383, parents=(0,), created_epoch=2),
+            seg(3, 16384, 32767, parents=(0,), created_epoch=2)]
     change = store.change_layout(TOPIC, 1, [0], kids, 4)
     assert (change.verdict, change.value) == (LayoutVerdict.APPLIED, "2")
     epoch, nxt, segs, version, _ = store.get_layout(TOPIC)
     assert (epoch, nxt, version, segs[2], segs[3]) == (2, 4, 2, kids[0], kids[1])
-    parent = Segment.from_json(segs[0])
+    parent = segs[0]
     assert (parent.state, parent.sealed_epoch, parent.children) == (SegmentState.SEALED, 2,
                                                                    (2, 3))
-    assert parent.sealed_ms is not None and Segment.from_json(segs[1]).active
-    merge = [seg_json(4, 0, 65535, parents=(1,), created_epoch=3)]
+    assert parent.sealed_ms is not None and segs[1].active
+    merge = [seg(4, 0, 65535, parents=(1,), created_epoch=3)]
     assert store.change_layout(TOPIC, 1, [1], merge, 5).verdict is LayoutVerdict.STALE
     assert store.change_layout(TOPIC, 2, [0], merge, 5).value == "0"
     assert store.change_layout(TOPIC, 2, [0], merge, 5).verdict is LayoutVerdict.NOT_ACTIVE
     assert store.change_layout(TOPIC, 2, [99], merge, 5).verdict is LayoutVerdict.NOT_ACTIVE
-    again = store.change_layout(TOPIC, 2, [1], [seg_json(3, 0, 1)], 5)  # id 3 exists
+    again = store.change_layout(TOPIC, 2, [1], [seg(3, 0, 1)], 5)  # id 3 exists
     assert (again.verdict, again.value) == (LayoutVerdict.STALE, "2")
     assert store.change_layout("public/default/none", 1, [0], merge, 5).verdict \
         is LayoutVerdict.NOT_FOUND
@@ -902,18 +931,26 @@ def test_a_layout_change_is_one_epoch_checked_step(store):
 
 
 def test_a_sealed_segments_end_is_fixed_once(store):
-    store.create_topic(TOPIC, [seg_json(0, 0, 32767), seg_json(1, 32768, 65535)], 2)
-    store.change_layout(TOPIC, 1, [0], [seg_json(2, 0, 32767, parents=(0,))], 3)
+    store.create_topic(TOPIC, [seg(0, 0, 32767), seg(1, 32768, 65535)], 2)
+    store.change_layout(TOPIC, 1, [0], [seg(2, 0, 32767, parents=(0,))], 3)
     version = store.get_layout(TOPIC)[3]
     with pytest.raises(ConfigError):
-        store.seal_end(TOPIC, 1, "5:5")
-    assert store.seal_end(TOPIC, 0, "5:7") == "5:7"
-    assert store.seal_end(TOPIC, 0, "9:9") == "5:7"
-    assert Segment.from_json(store.get_segment(TOPIC, 0)).end == Position(5, 7)
+        store.seal_end(TOPIC, 1, Position(5, 5))
+    assert store.seal_end(TOPIC, 0, Position(5, 7)) == Position(5, 7)
+    assert store.seal_end(TOPIC, 0, Position(9, 9)) == Position(5, 7)
+    assert store.get_segment(TOPIC, 0).end == Position(5, 7)
     assert store.get_layout(TOPIC)[3] == version + 1
     for topic, sid in ((TOPIC, 42), ("public/default/none", 0)):
         with pytest.raises(TopicNotFound):
-            store.seal_end(topic, sid, "1:1")
+            store.seal_end(topic, sid, Position(1, 1))
+
+
+def test_an_empty_sealed_segment_ends_before_the_earliest(store):
+    store.create_topic(TOPIC, [seg(0, 0, 65535)], 1)
+    store.change_layout(TOPIC, 1, [0], [seg(1, 0, 65535, parents=(0,))], 2)
+    assert store.get_segment(TOPIC, 0).end is None  # sealed, end not fixed yet
+    assert store.seal_end(TOPIC, 0, BEFORE_EARLIEST) == BEFORE_EARLIEST
+    assert store.get_layout(TOPIC).segments[0].end == BEFORE_EARLIEST
 
 
 # ---- notification ----
@@ -977,14 +1014,14 @@ def test_a_closed_watch_delivers_nothing_more(store):
 def test_topic_watch_reports_follows_and_changes(store):
     other = "public/default/other"
     for topic in (TOPIC, other):
-        store.create_topic(topic, [seg_json(0, 0, 65535)], 1)
+        store.create_topic(topic, [seg(0, 0, 65535)], 1)
     followed = {TOPIC}
     q: queue.Queue = queue.Queue()
     w = store.watch_topics(lambda: list(followed), q.put)
     try:
         assert drain(q, lambda g: TOPIC in g, 3) == [TOPIC]  # once, as it is followed
-        store.change_layout(other, 1, [0], [seg_json(1, 0, 65535)], 2)  # not followed
-        store.change_layout(TOPIC, 1, [0], [seg_json(1, 0, 65535)], 2)
+        store.change_layout(other, 1, [0], [seg(1, 0, 65535)], 2)  # not followed
+        store.change_layout(TOPIC, 1, [0], [seg(1, 0, 65535)], 2)
         assert drain(q, lambda g: TOPIC in g, 3) == [TOPIC]
         followed.add(other)
         assert drain(q, lambda g: other in g, 3) == [other]

@@ -53,11 +53,10 @@ from pulsar_txn.errors import (
 )
 from pulsar_txn.metastore.base import LayoutVerdict, MetadataStore
 from pulsar_txn.metastore.redis_url import redact_url
-from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY
+from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY, Position
 from pulsar_txn.scalable.dag import (
     DEFAULT_HASH,
     Layout,
-    Segment,
     initial_segments,
     key_hash,
     plan_merge,
@@ -73,9 +72,7 @@ def read_layout(store: MetadataStore, topic: str) -> Layout | None:
     raw = store.get_layout(normalize_scalable(topic))
     if raw is None:
         return None
-    return Layout(normalize_scalable(topic), raw.epoch,
-                  {i: Segment.from_json(v) for i, v in raw.segments.items()}, raw.version,
-                  raw.hash_fn)
+    return Layout(normalize_scalable(topic), raw.epoch, raw.segments, raw.version, raw.hash_fn)
 
 
 class ScalableTopics:
@@ -164,8 +161,8 @@ class ScalableTopics:
 
     def check_active(self, topic: str, segment_id: int) -> None:
         """The write fence: a fresh read, after the write registration (never cached)."""
-        raw = self.store.get_segment(topic, segment_id)
-        if raw is None or not Segment.from_json(raw).active:
+        seg = self.store.get_segment(topic, segment_id)
+        if seg is None or not seg.active:
             raise SegmentSealed(f"segment {segment_id} of topic://{topic} is sealed")
 
     # ---- admin ----
@@ -180,7 +177,7 @@ class ScalableTopics:
         segs = initial_segments(topic, segments)
         for s in segs:
             self._touch(s.backing)
-        if not self.store.create_topic(topic, [s.to_json() for s in segs], len(segs),
+        if not self.store.create_topic(topic, segs, len(segs),
                                        hash_fn or DEFAULT_HASH):
             existing = self._read(topic)
             if len(existing.segments) != segments or existing.epoch != 1:
@@ -256,7 +253,7 @@ class ScalableTopics:
             for k in kids:  # exist before anyone routes there (and can be terminated later)
                 self._touch(k.backing)
             change = self.store.change_layout(
-                topic, lay.epoch, parents, [k.to_json() for k in kids], raw.next_id + len(kids))
+                topic, lay.epoch, parents, kids, raw.next_id + len(kids))
             if change.verdict is LayoutVerdict.APPLIED:
                 break
             if change.verdict is LayoutVerdict.NOT_ACTIVE:
@@ -302,7 +299,8 @@ class ScalableTopics:
                 log.warning("the end of segment %d of topic://%s is not known yet (tried "
                             "again later, never guessed): %s", s.id, topic, e)
                 continue
-            self.store.seal_end(topic, s.id, "-" if end is None else f"{end[0]}:{end[1]}")
+            self.store.seal_end(topic, s.id,
+                                BEFORE_EARLIEST if end is None else Position(*end[:2]))
         return self.layout(topic, refresh=True) if todo else lay
 
     def _terminate(self, backing: str) -> tuple[int, int] | None:

@@ -13,7 +13,6 @@ reader's happens-before order are plain functions, unit-tested on their own.
 
 from __future__ import annotations
 
-import json
 import zlib
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -22,8 +21,7 @@ from functools import cached_property
 
 from pulsar_txn.errors import ConfigError
 from pulsar_txn.hashing import murmur3_32
-from pulsar_txn.records import BEFORE_EARLIEST, Position
-from pulsar_txn.state import SegmentState
+from pulsar_txn.records import Segment
 from pulsar_txn.topics import SCHEME
 
 HASH_SPACE = 1 << 16
@@ -59,54 +57,6 @@ def key_hash(key: str | bytes | None, fn: str = DEFAULT_HASH) -> int:
 def backing_topic(topic: str, segment_id: int) -> str:
     """The ordinary Pulsar topic that stores one segment's entries."""
     return f"persistent://{topic}-seg-{segment_id}"
-
-
-@dataclass(frozen=True)
-class Segment:
-    id: int
-    lo: int  # inclusive hash range
-    hi: int
-    backing: str
-    state: SegmentState = SegmentState.ACTIVE
-    parents: tuple[int, ...] = ()
-    children: tuple[int, ...] = ()
-    created_epoch: int = 1
-    sealed_epoch: int | None = None
-    # Last entry of a sealed segment: None = not fixed yet (seal in progress),
-    # BEFORE_EARLIEST = it holds no entry. Readers move to the children only
-    # after reading up to it, which is what keeps per-key order across changes.
-    end: Position | None = None
-    sealed_ms: int | None = None  # the seal CAS's server time
-
-    @property
-    def active(self) -> bool:
-        return self.state is SegmentState.ACTIVE
-
-    def covers(self, h: int) -> bool:
-        return self.lo <= h <= self.hi
-
-    def to_json(self) -> str:
-        end = "" if self.end is None else ("-" if self.end == BEFORE_EARLIEST else str(self.end))
-        return json.dumps({"id": self.id, "lo": self.lo, "hi": self.hi, "backing": self.backing,
-                           "state": self.state.value, "parents": list(self.parents),
-                           "children": list(self.children), "ce": self.created_epoch,
-                           "se": self.sealed_epoch, "st": self.sealed_ms, "end": end},
-                          separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, raw: str) -> Segment:
-        d = json.loads(raw)
-        end = d.get("end") or ""
-        return cls(id=int(d["id"]), lo=int(d["lo"]), hi=int(d["hi"]), backing=d["backing"],
-                   state=SegmentState(d["state"]), parents=tuple(_ids(d.get("parents"))),
-                   children=tuple(_ids(d.get("children"))), created_epoch=int(d.get("ce", 1)),
-                   sealed_epoch=d.get("se"), sealed_ms=d.get("st"),
-                   end=None if end == "" else BEFORE_EARLIEST if end == "-"
-                   else Position.parse(end))
-
-
-def _ids(v) -> list[int]:
-    return [int(x) for x in v] if isinstance(v, list) else []  # cjson: [] may come back as {}
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import pulsar
 
 from pulsar_txn.errors import AppendFailed, LayoutContention, SegmentSealed, TxnNotOpen
 from pulsar_txn.producer import check_send, send_errors_named, send_kw, user_props
-from pulsar_txn.records import check_writer_id
+from pulsar_txn.records import Segment, check_writer_id
 from pulsar_txn.scalable.admin import ScalableTopics
-from pulsar_txn.scalable.dag import Layout, Segment, key_hash
+from pulsar_txn.scalable.dag import Layout, key_hash
 from pulsar_txn.topics import normalize_scalable
 from pulsar_txn.transaction import Transaction
 from pulsar_txn.writer import WriterRun

@@ -8,9 +8,8 @@ import time
 from pulsar_txn.broker_io import last_entry_strict
 from pulsar_txn.errors import ConfigError, PulsarTxnError, ReadTimeout
 from pulsar_txn.readers import Reader, ReadSide
-from pulsar_txn.records import BEFORE_EARLIEST, Position
+from pulsar_txn.records import BEFORE_EARLIEST, Position, Segment
 from pulsar_txn.scalable.admin import ScalableTopics
-from pulsar_txn.scalable.dag import Segment
 from pulsar_txn.topics import normalize_scalable
 
 log = logging.getLogger(__name__)

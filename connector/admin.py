@@ -19,6 +19,7 @@ from typing import Any
 
 from pulsar_txn.errors import AdminError, ConfigError
 from pulsar_txn.metastore.redis_url import redact_url
+from pulsar_txn.records import Position
 
 
 def admin_topic_path(topic: str) -> str:
@@ -99,20 +100,20 @@ def admin_request(admin_url: str, method: str, path: str, timeout: float = 30.0,
 
 
 def admin_terminate(admin_url: str, topic: str,
-                    auth: AdminAuth | None = None) -> tuple[int, int]:
-    """Terminate a topic (no more publishes); returns its last (ledgerId, entryId)."""
+                    auth: AdminAuth | None = None) -> Position:
+    """Terminate a topic (no more publishes); returns its last entry."""
     body = admin_request(admin_url, "POST", admin_topic_path(topic) + "/terminate",
                          auth=auth)
     if isinstance(body, dict) and "ledgerId" in body:
-        return int(body["ledgerId"]), int(body["entryId"])
+        return Position(int(body["ledgerId"]), int(body["entryId"]))
     return admin_last_message_id(admin_url, topic, auth)
 
 
 def admin_last_message_id(admin_url: str, topic: str,
-                          auth: AdminAuth | None = None) -> tuple[int, int]:
+                          auth: AdminAuth | None = None) -> Position:
     body = admin_request(admin_url, "GET", admin_topic_path(topic) + "/lastMessageId",
                          auth=auth)
-    return int(body["ledgerId"]), int(body["entryId"])
+    return Position(int(body["ledgerId"]), int(body["entryId"]))
 
 
 def native_scalable_topic(admin_url: str, topic: str,

@@ -35,7 +35,7 @@ _cleanup_pending = 0
 _cleanup_cond = threading.Condition()
 
 
-def _ask_last(client, topic: str) -> tuple[int, int] | None:
+def _ask_last(client, topic: str) -> Position | None:
     """The broker's last confirmed entry (``None``: it holds none), or the client's error.
 
     pulsar-client has no non-durable consumer and its Reader cannot ask for the last
@@ -50,7 +50,7 @@ def _ask_last(client, topic: str) -> tuple[int, int] | None:
         consumer = client.subscribe(topic, name, initial_position=pulsar.InitialPosition.Latest,
                                     receiver_queue_size=1)
         mid = consumer.get_last_message_id()
-        return None if mid.entry_id() < 0 else (mid.ledger_id(), mid.entry_id())
+        return None if mid.entry_id() < 0 else Position(mid.ledger_id(), mid.entry_id())
     finally:
         _drop_probe(client, topic, name, consumer)
 
@@ -130,11 +130,11 @@ def wait_probe_cleanup(timeout_s: float) -> bool:
         return _cleanup_cond.wait_for(lambda: _cleanup_pending == 0, timeout_s)
 
 
-def last_entry(client, topic: str) -> tuple[int, int] | None:
-    """The last confirmed entry of a topic; ``None`` when it holds none *or the probe
-    failed*: only for planning, which plans again at the next trigger. Anything that
-    fixes a position from the answer (a seal's end, a 'latest' start) uses
-    :func:`last_entry_strict`."""
+def last_entry(client, topic: str) -> Position | None:
+    """The last confirmed entry of a topic (the entry as a whole); ``None`` when it
+    holds none *or the probe failed*: only for planning, which plans again at the next
+    trigger. Anything that fixes a position from the answer (a seal's end, a 'latest'
+    start) uses :func:`last_entry_strict`."""
     try:
         return _ask_last(client, topic)
     except Exception as e:  # pulsar-lite answers an empty topic with an error, too
@@ -158,11 +158,11 @@ class LastEntryProbes:
     def __init__(self, client) -> None:
         self._client, self._name = client, f"{_PROBE}{uuid.uuid4().hex[:12]}"
         self._consumers: dict[str, object] = {}
-        self._acked: dict[str, tuple[int, int]] = {}
+        self._acked: dict[str, Position] = {}
         self._subscribed: set[str] = set()  # segments whose subscription may exist
         self._lock, self._closed = threading.Lock(), False
 
-    def last(self, segment: str) -> tuple[int, int] | None:
+    def last(self, segment: str) -> Position | None:
         """As :func:`last_entry`: ``None`` when the segment holds none *or the ask failed*
         (planning asks again next trigger); a failed ask closes the segment's consumer
         and the next one subscribes again by the same name."""
@@ -190,10 +190,10 @@ class LastEntryProbes:
                 return None
             if mid.entry_id() < 0:
                 return None
-            last = (mid.ledger_id(), mid.entry_id())
+            last = Position(mid.ledger_id(), mid.entry_id())
             if self._acked.get(segment) != last:
                 try:
-                    consumer.acknowledge_cumulative(pulsar.MessageId(-1, last[0], last[1], -1))
+                    consumer.acknowledge_cumulative(pulsar.MessageId(-1, *last))
                     self._acked[segment] = last
                 except Exception as e:  # noqa: BLE001 - acked again at the next answer
                     log.debug("acking probe %s of %s failed: %s", self._name, segment, e)
@@ -218,7 +218,7 @@ def _connected(consumer) -> bool:
         return False
 
 
-def last_entry_strict(client, topic: str) -> tuple[int, int] | None:
+def last_entry_strict(client, topic: str) -> Position | None:
     """Like :func:`last_entry`, but ``None`` only when the broker *said* it is empty.
 
     A seal's end is fixed once and for all from it, and a 'latest' start too, so an
@@ -463,14 +463,14 @@ def _silence_ends_scan(client, segment: str, start: Position, end: Position, las
             f"{segment}: no entry after {Position.text(at)} within {timeout_ms} ms and the "
             f"broker cannot say whether the data still exists ({e}); the range "
             "is not skipped") from None
-    if lac is not None and lac > (at[0], at[1]):
+    if lac is not None and lac > Position(at[0], at[1]):
         raise BrokerUnavailable(
             f"{segment}: entries after {Position.text(at)} exist (the last is "
-            f"{lac[0]}:{lac[1]}) but none arrived within {timeout_ms} ms; the "
+            f"{lac}) but none arrived within {timeout_ms} ms; the "
             "range is not skipped: it is read again") from None
     msg = (f"{segment}: no entry after {Position.text(at)} within {timeout_ms} "
            f"ms although {Position.text(end)} was planned, and the topic now ends "
-           f"{'empty' if lac is None else f'at {lac[0]}:{lac[1]}'}: its data is "
+           f"{'empty' if lac is None else f'at {lac}'}: its data is "
            "gone (deleted topic or ledgers). Set failOnDataLoss=false to skip "
            "lost ranges.")
     if fail_on_data_loss:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pulsar_txn.broker_io import last_entry_strict
 from pulsar_txn.metastore import open_store
 from pulsar_txn.metastore.base import MetadataStore
+from pulsar_txn.records import Position
 from pulsar_txn.state import TxnState
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,11 @@ PROBE_WORKERS = 4  # probes run at once; a hung one holds one worker, never the 
 PREFIX = "ptxn_"
 
 
-def _entries_between(low, high: tuple[int, int]) -> int | None:
+def _entries_between(low: Position, high: Position) -> int | None:
     """Entries in (low, high] when both are in one ledger; None when it spans ledgers
     (entry ids restart per ledger, so the count is unknown without reading)."""
-    if low.ledger == high[0]:
-        return max(0, high[1] - low.entry + 1)
+    if low.ledger == high.ledger:
+        return max(0, high.entry - low.entry + 1)
     return None
 
 
@@ -52,7 +53,7 @@ class GateLagProbes:
     time they were measured, so a failed or late probe serves the last known one.
     """
 
-    def __init__(self, last_entry: Callable[[str], tuple[int, int] | None],
+    def __init__(self, last_entry: Callable[[str], Position | None],
                  budget_s: float = PROBE_BUDGET_S, workers: int = PROBE_WORKERS) -> None:
         self._last_entry, self.budget_s, self._workers = last_entry, budget_s, workers
         self._cond = threading.Condition()

@@ -99,8 +99,8 @@ class ReadSide:
 
 
 
-def _gate_id(entry: tuple[int, int]):
-    return _pulsar.MessageId(-1, entry[0], entry[1], WHOLE_ENTRY)
+def _gate_id(entry: Position):
+    return _pulsar.MessageId(-1, entry.ledger, entry.entry, WHOLE_ENTRY)
 
 
 class GatedStream:
@@ -115,7 +115,7 @@ class GatedStream:
         self.side = side
         self.segment = segment
         self._buf: deque = deque()  # (raw, native message id, txn id str | None, writer)
-        self._gate: tuple[int, int] = (-1, -1)
+        self._gate: Position = BEFORE_EARLIEST  # an entry: everything up to it is decided
         self._gate_id = _gate_id(self._gate)
         self._received = None  # highest native id held (entries at or below it are known)
         self._dedupe = dedupe
@@ -132,7 +132,7 @@ class GatedStream:
         self.skipped_foreign = 0  # other deployments' entries passed (skip_foreign)
         self._foreign: set[str] = set()  # their txn texts, as entry_txn gives them
 
-    def _set_gate(self, entry: tuple[int, int]) -> None:
+    def _set_gate(self, entry: Position) -> None:
         self._gate = entry
         self._gate_id = _gate_id(entry)
         # every held entry is below the gate: the hot path skips the per-message compare
@@ -243,10 +243,10 @@ class GatedStream:
                     self._on_skip(raw)
                     continue
                 gen = tb.generation
-                gate = tb.gate(self.segment, self.received_entry(), Position(*self._gate),
+                gate = tb.gate(self.segment, self.received_entry(), self._gate,
                                self._seen_first if self._is_reader else None)
-                if (gate.ledger, gate.entry) > self._gate:
-                    self._set_gate((gate.ledger, gate.entry))
+                if gate.entry_position > self._gate:
+                    self._set_gate(gate.entry_position)
                     self._classify_batch()
                     continue
                 left = _left(deadline, 1.0)
@@ -363,7 +363,7 @@ class Reader(GatedStream):
             mid = pulsar.MessageId.latest
         elif isinstance(start, Position):
             mid = pulsar.MessageId(-1, start.ledger, start.entry, start.batch)
-            self._set_gate((start.ledger, start.entry))
+            self._set_gate(start.entry_position)
             self._received = mid._msg_id
         else:
             raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")

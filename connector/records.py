@@ -171,6 +171,7 @@ BEFORE_EARLIEST = Position(-1, -1)
 WHOLE_ENTRY = 2**31 - 1  # a batch index above every real one: "the whole entry"
 END_OF_LEDGER = 2**63 - 1  # an entry id after every entry of its ledger
 BEFORE = BEFORE_EARLIEST  # a range bound: before the first message of a segment
+AFTER_LAST = Position(2**62, 0, 0)  # a range bound after every entry a topic can hold
 
 
 @dataclass(frozen=True)

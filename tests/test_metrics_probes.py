@@ -47,7 +47,7 @@ class _Broker:
     """The injected ``last_entry(segment)``: answers, fails or hangs on command."""
 
     def __init__(self) -> None:
-        self.last = {"s": (1, 9)}
+        self.last = {"s": Position(1, 9)}
         self.mode = "answer"
         self.release = threading.Event()
         self.calls = 0

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pulsar
 
 from pulsar_txn.broker_io import scan
+from pulsar_txn.records import Position
 from pulsar_txn.spark import source_reader
 from pulsar_txn.spark.options import SourceOptions
 from pulsar_txn.spark.planning import Unit
@@ -40,7 +41,7 @@ class _Planner:
         raise AssertionError("endingOffsets names the end: no gate is asked")
 
     def first_entry(self, segment):
-        return (7, 0)
+        return Position(7, 0)
 
     def topic_of(self, segment):
         return segment

@@ -15,6 +15,7 @@ import pytest
 from pulsar_txn import broker_io
 from pulsar_txn.broker_io import LastEntryProbes, last_entry, last_entry_strict
 from pulsar_txn.errors import PulsarTxnError
+from pulsar_txn.records import Position
 
 TOPIC = "persistent://public/default/probed"
 
@@ -143,8 +144,8 @@ def test_strict_probe_raises_when_the_topic_has_entries_but_no_known_last():
 
 
 def test_probes_report_the_last_entry():
-    assert last_entry(_Broker(last=(3, 7)), TOPIC) == (3, 7)
-    assert last_entry_strict(_Broker(last=(3, 7)), TOPIC) == (3, 7)
+    assert last_entry(_Broker(last=(3, 7)), TOPIC) == Position(3, 7)
+    assert last_entry_strict(_Broker(last=(3, 7)), TOPIC) == Position(3, 7)
 
 
 # ---- (c) a probe never leaves its durable subscription behind ----
@@ -174,7 +175,7 @@ def test_probe_subscription_is_deleted_when_the_subscribe_reply_is_lost(probe):
 def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away(monkeypatch):
     monkeypatch.setattr(broker_io, "_CLEANUP_BACKOFF_S", 0.0)
     broker = _Broker(unsubscribe_faults=4)
-    assert last_entry(broker, TOPIC) == (3, 7)
+    assert last_entry(broker, TOPIC) == Position(3, 7)
     assert broker_io.wait_probe_cleanup(10)
     assert broker.subscriptions == set()
 
@@ -185,11 +186,11 @@ def test_probe_subscription_is_deleted_in_the_background_when_the_broker_is_away
 def test_kept_probe_subscribes_again_by_its_name_after_a_failed_ask():
     broker = _Broker(last=(3, 7))
     probes = LastEntryProbes(broker)
-    assert probes.last(TOPIC) == (3, 7)
+    assert probes.last(TOPIC) == Position(3, 7)
     broker.last = pulsar.Timeout
     assert probes.last(TOPIC) is None  # unknown, not empty: planning asks again
     broker.last = (3, 9)
-    assert probes.last(TOPIC) == (3, 9)
+    assert probes.last(TOPIC) == Position(3, 9)
     assert len(broker.subscribes) == 2 and len(set(broker.subscribes)) == 1
     assert broker.acked[broker.subscribes[0]] == (3, 9)  # pins nothing older
     probes.close()
@@ -205,7 +206,7 @@ def test_kept_probe_keeps_its_consumer_on_lites_empty_answer():
     probes = LastEntryProbes(broker)
     assert [probes.last(TOPIC) for _ in range(3)] == [None] * 3
     broker.last = (4, 0)
-    assert probes.last(TOPIC) == (4, 0)
+    assert probes.last(TOPIC) == Position(4, 0)
     assert len(broker.subscribes) == 1
     probes.close()
     assert broker.subscriptions == set()
@@ -215,9 +216,9 @@ def test_kept_probe_answers_when_its_ack_fails_and_acks_at_the_next_answer():
     broker = _Broker(last=(3, 7))
     broker.ack_faults = 1
     probes = LastEntryProbes(broker)
-    assert probes.last(TOPIC) == (3, 7)
+    assert probes.last(TOPIC) == Position(3, 7)
     assert broker.acked == {}
-    assert probes.last(TOPIC) == (3, 7)
+    assert probes.last(TOPIC) == Position(3, 7)
     assert list(broker.acked.values()) == [(3, 7)]
     probes.close()
 
@@ -226,7 +227,7 @@ def test_kept_probes_are_removed_in_the_background_when_the_broker_is_away(monke
     monkeypatch.setattr(broker_io, "_CLEANUP_BACKOFF_S", 0.0)
     broker = _Broker(last=(3, 7))
     probes = LastEntryProbes(broker)
-    assert probes.last(TOPIC) == (3, 7) and probes.last(TOPIC + "-2") == (3, 7)
+    assert probes.last(TOPIC) == Position(3, 7) and probes.last(TOPIC + "-2") == Position(3, 7)
     broker.last = pulsar.Timeout
     assert probes.last(TOPIC + "-2") is None  # its consumer dropped: removed by name
     broker.unsubscribe_faults = 4

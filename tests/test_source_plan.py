@@ -1,5 +1,6 @@
 """Planning of source partitions: splits stay inside one ledger and cover the range."""
 
+from pulsar_txn.records import Position
 from pulsar_txn.spark.offsets import BEFORE, WHOLE_ENTRY, _split, plan_partitions
 
 
@@ -28,7 +29,7 @@ def test_ranges_across_ledgers_or_from_before_earliest_are_not_split():
 
 def test_plan_places_before_earliest_to_split_it():
     parts = plan_partitions({"t": "-1:-1:-1"}, {"t": f"7:99:{WHOLE_ENTRY}"}, 2,
-                            first_entry=lambda t: (7, 0))
+                            first_entry=lambda t: Position(7, 0))
     assert [(p.start, p.end) for p in parts] == [
         (f"7:-1:{WHOLE_ENTRY}", f"7:49:{WHOLE_ENTRY}"), (f"7:49:{WHOLE_ENTRY}",
                                                          f"7:99:{WHOLE_ENTRY}")]

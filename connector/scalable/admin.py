@@ -299,22 +299,21 @@ class ScalableTopics:
                 log.warning("the end of segment %d of topic://%s is not known yet (tried "
                             "again later, never guessed): %s", s.id, topic, e)
                 continue
-            self.store.seal_end(topic, s.id,
-                                BEFORE_EARLIEST if end is None else Position(*end[:2]))
+            self.store.seal_end(topic, s.id, BEFORE_EARLIEST if end is None else end)
         return self.layout(topic, refresh=True) if todo else lay
 
-    def _terminate(self, backing: str) -> tuple[int, int] | None:
+    def _terminate(self, backing: str) -> Position | None:
         try:
-            ledger, entry = admin_terminate(self.admin_url, backing, self.admin_auth)
+            last = admin_terminate(self.admin_url, backing, self.admin_auth)
         except AdminError as e:
             if e.status != 404:
                 raise
             return self._last_of_terminated(backing)
-        if entry < 0:  # an empty current ledger after a rollover: ask for the real last
+        if last.entry < 0:  # an empty current ledger after a rollover: ask for the real last
             return self._last_of_terminated(backing)
-        return ledger, entry
+        return last
 
-    def _last_of_terminated(self, backing: str) -> tuple[int, int] | None:
+    def _last_of_terminated(self, backing: str) -> Position | None:
         """A terminated topic's last entry never changes, so an unanswered probe is
         asked again (a consumer racing the termination's reconnect gets NotConnected,
         seen on 5.0.0-M1) before the seal is left for a later pass."""
@@ -388,7 +387,8 @@ def count_backing_entries(client: pulsar.Client, backing: str,
     if last is None:
         return 0
     n = 0
-    for _ in scan(client, backing, (-1, -1, -1), (*last, WHOLE_ENTRY), timeout_ms=2_000,
+    for _ in scan(client, backing, BEFORE_EARLIEST,
+                  Position(last.ledger, last.entry, WHOLE_ENTRY), timeout_ms=2_000,
                   fail_on_data_loss=False):
         n += 1
         if on_count is not None and n % 1000 == 0:

@@ -62,7 +62,7 @@ class ScalableReader:
         last = last_entry_strict(self._side.pulsar, seg.backing)
         if last is None:
             return Reader(self._side, seg.backing, "earliest", **self._kwargs)
-        self._starts[seg.id] = Position(*last)
+        self._starts[seg.id] = last
         return Reader(self._side, seg.backing, self._starts[seg.id], **self._kwargs)
 
     def _admit(self) -> None:
@@ -116,7 +116,7 @@ class ScalableReader:
                     continue
                 end = self._layout.segments[sid].end
                 if end is not None and end != BEFORE_EARLIEST and \
-                        (msg.position.ledger, msg.position.entry) > (end.ledger, end.entry):
+                        msg.position.entry_position > end:
                     # past a sealed segment's end (a stale plain producer on a broker
                     # without termination): never delivered, and the segment is done
                     reader.close()

@@ -42,14 +42,14 @@ class SegmentPartition(InputPartition):
     topic: str = ""  # what the user reads: topic:// for a scalable topic's segment
 
 
-def entries_between(end: Position, lac: tuple[int, int]) -> int:
+def entries_between(end: Position, lac: Position) -> int:
     """Entries after ``end`` up to ``lac``: exact within a ledger (entry ids are dense);
     across ledgers, the entries of the last ledger (a lower bound)."""
-    if (end[0], end[1]) >= lac:
+    if Position(end[0], end[1]) >= lac:
         return 0
-    if end[0] == lac[0]:
-        return lac[1] - end[1]
-    return lac[1] + 1
+    if end[0] == lac.ledger:
+        return lac.entry - end[1]
+    return lac.entry + 1
 
 
 AUTO_MIN_ENTRIES = 16  # an automatic split never makes a piece of fewer entries
@@ -85,7 +85,7 @@ def _split(start: Position, end: Position, pieces: int,
     if pieces <= 1 or end[1] - first < pieces:
         return [(start, end)]
     step = (end[1] - first + 1) // pieces
-    cuts = [(start[0], first + step * i - 1, WHOLE_ENTRY) for i in range(1, pieces)]
+    cuts = [Position(start[0], first + step * i - 1, WHOLE_ENTRY) for i in range(1, pieces)]
     bounds = [start, *cuts, end]
     return list(zip(bounds, bounds[1:]))
 
@@ -118,10 +118,11 @@ def plan_partitions(start: dict, end: dict, min_partitions: int | None = 1,
                     if not auto:
                         raise
                     first = None  # an automatic split is an optimisation: read it whole
-                if first is not None and first[1] > 0:
-                    lo = (first[0], first[1] - 1, WHOLE_ENTRY)
+                if first is not None and first.entry > 0:
+                    lo = Position(first.ledger, first.entry - 1, WHOLE_ENTRY)
                 elif first is not None:
-                    lo = BEFORE if first[0] != hi[0] else (first[0], -1, WHOLE_ENTRY)
+                    lo = BEFORE if first.ledger != hi[0] else Position(first.ledger, -1,
+                                                                       WHOLE_ENTRY)
             placed.append((t, lo, hi))
         ranges = placed
     per_segment = -(-wanted // max(1, len(ranges)))  # ceil

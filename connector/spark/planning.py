@@ -24,7 +24,7 @@ from pulsar_txn.connection import admin_auth, check_reachable
 from pulsar_txn.coordinator import TransactionCoordinator
 from pulsar_txn.errors import ConfigError, PulsarTxnError
 from pulsar_txn.metastore import open_store
-from pulsar_txn.records import BEFORE_EARLIEST, WHOLE_ENTRY, Position
+from pulsar_txn.records import AFTER_LAST, BEFORE_EARLIEST, WHOLE_ENTRY, Position
 from pulsar_txn.scalable.admin import ScalableTopics, read_layout
 
 from .offsets import BEFORE
@@ -40,7 +40,7 @@ class Unit:
     topic: str
     segment: str
     cap: Position | None = None         # a sealed segment's end: never plan past it
-    lac: tuple[int, int] | None = None  # known last entry (sealed: its end), else probed
+    lac: Position | None = None  # known last entry (sealed: its end), else probed
     hold: bool = False             # sealed, end not fixed yet: do not advance
 
 
@@ -53,8 +53,15 @@ def complete(seg, pos: Position) -> bool:
         return False
     if seg.end == BEFORE_EARLIEST:
         return True
-    end = (seg.end.ledger, seg.end.entry)
-    return pos[:2] > end or (pos[:2] == end and pos[2] in (-1, WHOLE_ENTRY))
+    end = seg.end.entry_position
+    at = Position(pos[0], pos[1])
+    return at > end or (at == end and pos[2] in (-1, WHOLE_ENTRY))
+
+
+def _sealed(name: str, s) -> Unit:
+    """A sealed segment with its end fixed: planned up to the end's last message."""
+    end = s.end.entry_position
+    return Unit(name, s.backing, Position(end.ledger, end.entry, WHOLE_ENTRY), end)
 
 
 class Planner:
@@ -87,27 +94,27 @@ class Planner:
         self.buffer = TransactionBuffer(self.store)  # ended txns' writes hold no gate
         self._scalable: ScalableTopics | None = None
 
-    def last_entry(self, segment: str) -> tuple[int, int] | None:
+    def last_entry(self, segment: str) -> Position | None:
         return self._probes.last(segment)
 
-    def gate(self, segment: str, start: Position, lac: tuple[int, int] | None = None) -> Position:
+    def gate(self, segment: str, start: Position, lac: Position | None = None) -> Position:
         """Highest position that may be planned now: min(LAC, first OPEN write - 1)."""
         return self.gate_and_lac(segment, start, lac)[0]
 
-    def gate_and_lac(self, segment: str, start: Position, lac: tuple[int, int] | None = None
-                     ) -> tuple[Position, tuple[int, int] | None, int]:
+    def gate_and_lac(self, segment: str, start: Position, lac: Position | None = None
+                     ) -> tuple[Position, Position | None, int]:
         """(gate, last confirmed entry, open txns holding the gate below it)."""
         lac = self.last_entry(segment) if lac is None else lac
         if lac is None:
             return start, None, 0
         previous = Position(start[0], start[1]) if start != BEFORE else Position(-1, -1)
         open_writes = self.buffer.live_writes(segment)
-        g = self._max_read_position(Position(*lac), open_writes, previous)
+        g = self._max_read_position(lac, open_writes, previous)
         holding = len({w.txn_id for w in open_writes
-                       if w.first is None or (w.first.ledger, w.first.entry) <= lac})
+                       if w.first is None or w.first.entry_position <= lac})
         if g.entry < 0:  # held before the first entry: nothing to plan
             return start, lac, holding
-        entry = (g.ledger, g.entry, WHOLE_ENTRY)
+        entry = Position(g.ledger, g.entry, WHOLE_ENTRY)
         return (entry if entry > start else start), lac, holding
 
     # ---- what to read: topics, patterns, scalable topics' segments ----
@@ -162,8 +169,7 @@ class Planner:
                     out.append(Unit(name, s.backing, hold=True))
                     self._complete_seals(name)
                 elif not s.active:
-                    end = (s.end.ledger, s.end.entry)
-                    out.append(Unit(name, s.backing, (*end, WHOLE_ENTRY), end))
+                    out.append(_sealed(name, s))
                 else:
                     out.append(Unit(name, s.backing))
         return out
@@ -191,8 +197,7 @@ class Planner:
             elif s.end is None:
                 out.append(Unit(name, s.backing, hold=True))
             else:
-                end = (s.end.ledger, s.end.entry)
-                out.append(Unit(name, s.backing, (*end, WHOLE_ENTRY), end))
+                out.append(_sealed(name, s))
         return out
 
     def topic_of(self, segment: str) -> str:
@@ -255,10 +260,10 @@ class Planner:
             last = pos
         return end
 
-    def first_entry(self, segment: str) -> tuple[int, int] | None:
-        for pos, _ in scan(self.pulsar, segment, BEFORE, (2**62, 0, 0), timeout_ms=5_000,
+    def first_entry(self, segment: str) -> Position | None:
+        for pos, _ in scan(self.pulsar, segment, BEFORE, AFTER_LAST, timeout_ms=5_000,
                            fail_on_data_loss=False, reader=self.opts.reader):
-            return pos[0], pos[1]
+            return Position(pos[0], pos[1])
         return None
 
     def count_until(self, segment: str, start: Position, end: Position, budget: int,

@@ -151,7 +151,7 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ends[u.segment] = max(g, s)
             holding += held
             if lac is not None:
-                latest[u.segment] = f"{lac[0]}:{lac[1]}"
+                latest[u.segment] = str(lac)
                 behind += entries_between(ends[u.segment], lac)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_records
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes

@@ -4,7 +4,9 @@
 
 Measures (DESIGN §9): commit latency 64 segments ÷ 1; commit→visible for a waiting
 reader (p50/p99); gate computation at 100,000 open txns ÷ 10; READ_COMMITTED
-reader throughput ÷ a plain pulsar-client reader on the same data; cold start of
+reader throughput ÷ a plain pulsar-client reader on the same data; the client API's
+transactional produce (per broker entry, and per message) ÷ a plain pulsar-client
+producer; cold start of
 coordinator + buffer with 1,000,000 finalized txns in history ÷ none.
 Not a test: it prints numbers, it asserts nothing.
 """
@@ -165,6 +167,57 @@ def bench_reader(services, n):
             n / t_txn, "ratio": t_plain / t_txn, "target": ">= 0.9"}
 
 
+def bench_produce(services, n, per_txn=1000):
+    """The client API's transactional ``send_async`` (no callback: per broker entry,
+    issue 31) and with a callback (one per message, the path before) ÷ a plain
+    pulsar-client producer's ``send_async`` on the same broker, 100-byte keyed messages."""
+
+    client = PulsarTxnClient(services.service_url, services.metastore_url,
+                             namespace=f"b{uuid.uuid4().hex[:8]}")
+    payload, keys = b"x" * 100, [str(i) for i in range(n)]
+    kw = {"batching_enabled": True, "batching_max_messages": 1000, "block_if_queue_full": True,
+          "max_pending_messages": 10_000}
+
+    def noop(_res, _mid):
+        pass
+
+    def plain() -> float:
+        native = client.pulsar.create_producer(
+            f"persistent://public/default/pp-{uuid.uuid4().hex[:8]}", **kw)
+        t0 = time.perf_counter()
+        for i in range(n):
+            native.send_async(payload, noop, partition_key=keys[i])
+        native.flush()
+        dt = time.perf_counter() - t0
+        native.close()
+        return dt
+
+    def txn(callback) -> float:
+        p = client.create_producer(f"persistent://public/default/tp-{uuid.uuid4().hex[:8]}",
+                                   **kw)
+        t0 = time.perf_counter()
+        for start in range(0, n, per_txn):
+            t = client.new_transaction(timeout_ms=300_000)
+            for i in range(start, min(n, start + per_txn)):
+                p.send_async(payload, callback, key=keys[i], txn=t)
+            t.commit()
+        dt = time.perf_counter() - t0
+        p.close()
+        return dt
+
+    plain(), txn(None)  # warm-up
+    t_plain = min(plain() for _ in range(2))
+    t_entry = min(txn(None) for _ in range(2))
+    t_message = min(txn(noop) for _ in range(2))
+    client.close()
+    return {"messages": n, "messages_per_txn": per_txn,
+            "plain_pulsar_client_msgs_per_s": round(n / t_plain),
+            "txn_per_entry_msgs_per_s": round(n / t_entry),
+            "txn_per_message_callback_msgs_per_s": round(n / t_message),
+            "ratio_per_entry_over_plain": round(t_plain / t_entry, 3),
+            "ratio_per_entry_over_per_message": round(t_message / t_entry, 3)}
+
+
 def bench_cold_start(url, history):
     def cold(ns):
         t0 = time.perf_counter()
@@ -204,10 +257,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", "--smoke", action="store_true", help="smaller sizes (CI smoke)")
     ap.add_argument("--json", help="also write results to this file")
-    ap.add_argument("--only", help="comma list: fanout,visible,gate,reader,cold")
+    ap.add_argument("--only", help="comma list: fanout,visible,gate,reader,produce,cold")
     args = ap.parse_args()
     q = args.quick
-    only = set((args.only or "fanout,visible,gate,reader,cold").split(","))
+    only = set((args.only or "fanout,visible,gate,reader,produce,cold").split(","))
     results = {"machine": machine()}
     with Services() as s:
         results["broker"] = s.kind
@@ -220,6 +273,8 @@ def main() -> None:
                                                       10_000 if quick else 100_000)),
             "reader": ("reader_throughput",
                        lambda quick: bench_reader(s, 20_000 if quick else 200_000)),
+            "produce": ("txn_produce",
+                        lambda quick: bench_produce(s, 5_000 if quick else 200_000)),
             "cold": ("cold_start", lambda quick: bench_cold_start(
                 s.metastore_url, 100_000 if quick else 1_000_000)),
         }

@@ -81,6 +81,12 @@ class EntryAcks:
         self._n, self._b = n, b
         return sorted(set(out))
 
+    def cut(self) -> None:
+        """The producer's open batch was sent by its owner (a flush) right after a
+        hand-over of this run, whose last message has a callback: the next message
+        starts a batch."""
+        self._n = self._b = 0
+
     def callback(self, seq: int):
         """The callback of message ``seq`` (counted once, waited for by :meth:`wait`)."""
         with self._count:

@@ -8,17 +8,38 @@ message): that is the transaction's ``run_for``.
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pulsar
 
-from pulsar_txn.errors import BrokerUnavailable, ConfigError
+from pulsar_txn.errors import BrokerUnavailable, ConfigError, TxnNotOpen
 from pulsar_txn.metastore.redis_url import redact_url
-from pulsar_txn.records import PROTOCOL_PREFIX
+from pulsar_txn.records import PROTOCOL_PREFIX, TxnId
+from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_topic
 from pulsar_txn.transaction import Transaction
+from pulsar_txn.writer import WriterRun
+
+log = logging.getLogger(__name__)
+
+# pulsar-client's create_producer settings a per-entry producer can share with the
+# user's (anything else, e.g. a schema, chunking, key-based batches, a producer name
+# the broker deduplicates by or an exclusive access mode, keeps every transactional
+# send on the user's producer with a callback per message).
+_PER_ENTRY_SAFE = {"batching_enabled", "batching_max_messages",
+                   "batching_max_allowed_size_in_bytes", "batching_max_publish_delay_ms",
+                   "max_pending_messages", "compression_type", "send_timeout_millis", "properties",
+                   "block_if_queue_full", "lazy_start_partitioned_producers"}
+# Its batches are cut by count and bytes alone (the time trigger an hour away): the
+# transaction's commit flushes them (entry_acks).
+_PER_ENTRY_KW = {"batching_enabled": True, "batching_max_publish_delay_ms": 3_600_000,
+                 "block_if_queue_full": True}
+_DEFAULTS = {"batching_max_messages": 1000, "batching_max_allowed_size_in_bytes": 128 * 1024,
+             "max_pending_messages": 10_000}
 
 
 class Producer:
@@ -33,6 +54,7 @@ class Producer:
         self.writer_id = f"p{uuid.uuid4().hex[:16]}"
         self.native = client.create_producer(self.segment, **kwargs)
         self._bytes_only = kwargs.get("schema") is None
+        self.entries = _EntrySends(client, self, kwargs) if _per_entry_ok(kwargs) else None
 
     def _check(self, value: object, key: object, event_time_ms: object) -> None:
         check_send(value, key, event_time_ms, self._bytes_only)
@@ -44,6 +66,8 @@ class Producer:
              txn: Transaction | None = None, event_time_ms: int | None = None):
         self._check(value, key, event_time_ms)  # refused before anything is registered
         with send_errors_named(self.segment, value, self.service_url):
+            if self.entries is not None:
+                self.entries.before_other_send()
             if txn is None:
                 return self.native.send(value, properties=user_props(properties),
                                         **send_kw(key, event_time_ms))
@@ -58,10 +82,23 @@ class Producer:
                    properties: dict | None = None, txn: Transaction | None = None,
                    event_time_ms: int | None = None) -> None:
         self._check(value, key, event_time_ms)
+        entries = self.entries
+        if txn is not None and callback is None and entries is not None and entries.enabled:
+            props = user_props(properties) if properties else None
+            try:
+                if entries.add(txn, value, key, props, event_time_ms):
+                    return
+            except BaseException as e:
+                txn.send_failed(e)
+                raise
+        if entries is not None:
+            entries.before_other_send()
         if txn is None:
             self.native.send_async(value, callback or (lambda r, m: None),
                                    properties=user_props(properties),
                                    **send_kw(key, event_time_ms))
+            if entries is not None:
+                entries.main_sent()
             return
         try:
             self._run(txn).send_async(value, callback, user_props(properties),
@@ -69,12 +106,196 @@ class Producer:
         except BaseException as e:
             txn.send_failed(e)
             raise
+        if entries is not None:
+            entries.main_sent()
 
     def flush(self) -> None:
+        if self.entries is not None:
+            self.entries.flush()
         self.native.flush()
 
     def close(self) -> None:
+        if self.entries is not None:
+            self.entries.close()
         self.native.close()
+
+
+def _per_entry_ok(kwargs: dict) -> bool:
+    """Transactional sends without a callback may learn their outcomes per entry."""
+    return (set(kwargs) <= _PER_ENTRY_SAFE and kwargs.get("block_if_queue_full", True)
+            and kwargs.get("batching_enabled", True))
+
+
+class _Chunk:
+    """A transaction's sends not handed to the per-entry producer yet, as columns."""
+
+    __slots__ = ("txn", "values", "keys", "props", "times")
+
+    def __init__(self, txn: Transaction) -> None:
+        self.txn = txn
+        self.values: list = []
+        self.keys: list = []
+        self.props: list = []
+        self.times: list = []
+
+
+class _EntrySends:
+    """The per-entry path of a producer's transactional sends (``send_async`` with no
+    callback): they are taken in order into a chunk per transaction and handed, a
+    batch's worth at a time, to a second producer of the segment whose batches are cut
+    by count and bytes alone, so each run learns its appends' outcomes from one
+    callback per broker entry (entry_acks) and its commit proves every message stored.
+
+    One run at a time owns that producer's open batch: another run's hand-over first
+    flushes it (the cut falls after a hand-over's last message, which has a callback),
+    so every entry holds one run's messages. The user's producer and this one keep the
+    order the sends were made in: a send on one waits for what the other holds to be
+    appended first (a flush), so mixing the two on one producer costs a round trip per
+    switch, never order."""
+
+    def __init__(self, client: pulsar.Client, owner: Producer, kwargs: dict) -> None:
+        self._client, self._owner = client, owner
+        kw = {**_DEFAULTS, **kwargs, **_PER_ENTRY_KW}
+        self._kw = kw
+        self.max_n = int(kw["batching_max_messages"])
+        self.max_b = int(kw["batching_max_allowed_size_in_bytes"])
+        self.writer_id = owner.writer_id + "e"
+        self._native = None  # made at the first hand-over
+        self.enabled = True
+        self._lock = threading.RLock()
+        self._chunks: dict[TxnId, _Chunk] = {}
+        self._owner_run: WriterRun | None = None  # whose messages the open batch holds
+        self._dirty = False  # handed over since the last flush of this producer
+        self._main_dirty = False  # the user's producer took async sends since its flush
+        self._committing: dict[TxnId, None] = {}  # last chunk handed over: no more sends
+        self._runs: list[WriterRun] = []  # of recent transactions (see ``usable``)
+
+    def add(self, txn: Transaction, value: bytes, key: str | None, props: dict | None,
+            event_time_ms: int | None) -> bool:
+        """Take a send into its transaction's chunk; False: this producer hears of
+        every message from now on (see below), the caller sends it so."""
+        with self._lock:
+            chunk = self._chunks.get(txn.id)
+            if chunk is None:
+                if txn.id in self._committing:  # its commit took the last chunk already
+                    raise TxnNotOpen(str(txn.id), "committing")
+                txn.ensure_open()
+                # A run that found a batch cut where it was not foreseen (a client whose
+                # batching differs from the rule entry_acks foresees) failed closed;
+                # later transactions hear of every message, as the sink's worker does.
+                if any(r.per_entry is not None and r.per_entry.unforeseen
+                       for r in self._runs):
+                    self.enabled = False
+                    return False
+                chunk = self._chunks[txn.id] = _Chunk(txn)
+                txn.flush_before_commit(_CommitFlush(self, txn.id))
+            chunk.values.append(value)
+            chunk.keys.append(key)
+            chunk.props.append(props)
+            chunk.times.append(event_time_ms)
+            if len(chunk.values) >= self.max_n:
+                self._hand_over(chunk)
+            return True
+
+    def _hand_over(self, chunk: _Chunk) -> None:
+        """Called with the lock held: the chunk's sends go to the per-entry producer."""
+        values = chunk.values
+        if not values:
+            return
+        if self._main_dirty:  # the user's producer's earlier sends go first
+            self._owner.native.flush()
+            self._main_dirty = False
+        if self._native is None:
+            self._native = self._client.create_producer(self._owner.segment, **self._kw)
+        run = chunk.txn.run_for(self._owner.segment, self.writer_id, self._native)
+        entries = run.per_entry
+        if entries is None:
+            entries = run.acknowledge_per_entry(self.max_n, self.max_b)
+            self._runs = [*self._runs[-31:], run]
+        if self._owner_run is not run:
+            if self._owner_run is not None and self._dirty:
+                self._native._producer.flush_async(_ignore)  # cuts the open batch now
+            entries.cut()
+            self._owner_run = run
+        keys = chunk.keys if any(chunk.keys) else None
+        props = chunk.props if any(chunk.props) else None
+        times = chunk.times if any(chunk.times) else None
+        chunk.values, chunk.keys, chunk.props, chunk.times = [], [], [], []
+        self._dirty = True
+        try:
+            run.send_many(values, keys, props, times)
+        except BaseException as e:
+            chunk.txn.send_failed(e)  # whoever's send handed it over, the txn cannot commit
+            raise
+
+    def hand_over(self, txn_id: TxnId) -> None:
+        """Before ``txn_id``'s runs are flushed (its commit): its last chunk goes."""
+        with self._lock:
+            self._committing[txn_id] = None
+            if len(self._committing) > 1024:
+                del self._committing[next(iter(self._committing))]
+            chunk = self._chunks.pop(txn_id, None)
+            if chunk is not None:
+                self._hand_over(chunk)
+
+    def _drain(self) -> None:
+        """Hand over every open transaction's chunk (an ended one's is dropped), and
+        wait for the per-entry producer's appends. A failure here belongs to those
+        transactions (their commits raise), not to the send that asked for the order."""
+        for txn_id, chunk in list(self._chunks.items()):
+            del self._chunks[txn_id]
+            if chunk.txn.state is TxnState.OPEN:
+                try:
+                    self._hand_over(chunk)
+                except Exception as e:  # noqa: BLE001 - recorded on the txn (send_failed)
+                    log.debug("handing over %s's sends failed: %s", txn_id, e)
+        if self._dirty and self._native is not None:
+            try:
+                self._native.flush()
+            except Exception as e:  # noqa: BLE001 - the runs' callbacks say what failed
+                log.debug("flushing the per-entry producer of %s failed: %s",
+                          self._owner.segment, e)
+            self._owner_run, self._dirty = None, False
+
+    def before_other_send(self) -> None:
+        """A send on the user's producer comes after every send made here before it."""
+        if self._chunks or self._dirty:
+            with self._lock:
+                self._drain()
+
+    def main_sent(self) -> None:
+        self._main_dirty = True
+
+    def flush(self) -> None:
+        with self._lock:
+            self._drain()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drain()
+            if self._native is not None:
+                self._native.close()
+
+
+class _CommitFlush:
+    """Registered with a transaction (``flush_before_commit``) once per producer."""
+
+    def __init__(self, sends: _EntrySends, txn_id: TxnId) -> None:
+        self._sends, self._txn_id = sends, txn_id
+
+    def flush(self) -> None:
+        self._sends.hand_over(self._txn_id)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _CommitFlush) and other._sends is self._sends
+                and other._txn_id == self._txn_id)
+
+    def __hash__(self) -> int:
+        return hash((id(self._sends), self._txn_id))
+
+
+def _ignore(*_args) -> None:
+    pass
 
 
 def user_props(properties: dict | None) -> dict:

@@ -82,6 +82,11 @@ class WriterRun:
         return self._entries
 
     @property
+    def per_entry(self) -> EntryAcks | None:
+        """The run's per-entry outcomes (``acknowledge_per_entry``), if it learns so."""
+        return self._entries
+
+    @property
     def registered(self) -> bool:
         """The store recorded this run's registration (the commit's check counts it)."""
         return self._registered

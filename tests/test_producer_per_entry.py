@@ -1,0 +1,216 @@
+"""The client API's transactional ``send_async`` (no callback) learns its appends per
+broker entry, as the Spark sink does (issue 31), and its commit still proves every
+message stored: a batch answered without a position, a failed batch, a message
+refused without a word and a batch cut where it was not foreseen each fail the
+commit. Sends keep their order across the user's producer and the per-entry one,
+and transactions sharing a producer never share an entry.
+
+The producers are stand-ins that batch as pulsar-client's C++ producer does
+(test_entry_acks.BatchingProducer), all appending to one log, so the order of the
+topic is observable. No broker: integration_tests/test_producer_per_entry_broker.py runs the
+same path on both real brokers.
+"""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+from test_entry_acks import BatchingProducer, _values
+
+from pulsar_txn.coordinator import TransactionCoordinator
+from pulsar_txn.errors import AppendFailed, TxnNotOpen
+from pulsar_txn.metastore import MemoryMetadataStore
+from pulsar_txn.producer import Producer
+from pulsar_txn.records import PROP_TXN
+from pulsar_txn.state import TxnState
+from pulsar_txn.transaction import Transaction
+
+PER_ENTRY_DELAY = 3_600_000
+
+
+class _Logged(BatchingProducer):
+    """A batching producer whose stored entries also go to the topic's shared log."""
+
+    def __init__(self, log: list, kw: dict, **faults) -> None:
+        super().__init__(max_messages=kw.get("batching_max_messages", 1000),
+                         max_bytes=kw.get("batching_max_allowed_size_in_bytes", 128 * 1024),
+                         **faults)
+        self.log, self.kw, self.closed = log, kw, False
+
+    def flush(self) -> None:
+        before = len(self.entries)
+        super().flush()
+        for entry in self.entries[before:]:
+            self.log.extend(entry)
+
+    def flush_async(self, callback) -> None:
+        self.flush()
+        callback(pulsar.Result.Ok, None)
+
+    def send(self, value, properties=None, **kw):
+        got: list = []
+        self.send_async(value, lambda r, m: got.append(m), properties, **kw)
+        self.flush()  # pulsar-client's time trigger, at once
+        return got[0]
+
+    def close(self) -> None:
+        self.flush()
+        self.closed = True
+
+
+class _Client:
+    """create_producer as pulsar-client's; ``faults`` apply to the per-entry producer."""
+
+    def __init__(self, **faults) -> None:
+        self.faults, self.log, self.made = faults, [], []
+
+    def create_producer(self, topic: str, **kw):
+        per_entry = kw.get("batching_max_publish_delay_ms") == PER_ENTRY_DELAY
+        p = _Logged(self.log, kw, **(self.faults if per_entry else {}))
+        self.made.append(p)
+        return p
+
+    @property
+    def per_entry(self) -> _Logged | None:
+        return next((p for p in self.made
+                     if p.kw.get("batching_max_publish_delay_ms") == PER_ENTRY_DELAY), None)
+
+
+@pytest.fixture
+def store():
+    return MemoryMetadataStore(partitions=4)
+
+
+@pytest.fixture
+def coord(store):
+    return TransactionCoordinator(store, materialize_inline=True)
+
+
+def _txn(store, coord) -> Transaction:
+    return Transaction(store, coord.new_transaction(), coord)
+
+
+def _producer(client, **kw) -> Producer:
+    return Producer(client, "orders", **{"batching_max_messages": 100, **kw})
+
+
+def test_a_transaction_learns_its_appends_per_entry_and_commits_every_message(store, coord):
+    client = _Client()
+    p = _producer(client)
+    txn = _txn(store, coord)
+    values = _values(5000)
+    for i, v in enumerate(values):
+        p.send_async(v, key=f"k{i % 7}", txn=txn)
+    txn.commit()
+    assert txn.state is TxnState.COMMITTED
+    assert client.log == values
+    entries = client.per_entry
+    assert entries is not None and entries.callbacks <= 2 * len(entries.entries) + 2
+    assert all(list(props) == [PROP_TXN] for props in entries.properties)
+    assert client.made[0].number == 0  # nothing went through the user's producer
+
+
+@pytest.mark.parametrize("fault", [{"answer": {7: "dup"}}, {"answer": {2: pulsar.Result.Timeout}},
+                                   {"refuse": {777}}, {"cut_after": {1234}}])
+def test_a_transaction_missing_a_message_never_commits(store, coord, fault):
+    """A batch answered without a position (a dedup answer), a failed batch, a message
+    refused without a callback, a batch cut where it was not foreseen: the commit
+    raises and the transaction aborts."""
+    client = _Client(**fault)
+    p = _producer(client)
+    txn = _txn(store, coord)
+    for v in _values(3000):
+        p.send_async(v, txn=txn)
+    with pytest.raises(AppendFailed):
+        txn.commit()
+    assert txn.state is TxnState.ABORTED
+    assert client.per_entry.callbacks < 100  # it was the per-entry path that failed closed
+
+
+def test_after_an_unforeseen_cut_the_producer_hears_every_message(store, coord):
+    """The batching rule did not hold on this client: that transaction failed closed,
+    and the producer's later ones hear of every message (and commit)."""
+    client = _Client(cut_after={150})
+    p = _producer(client)
+    first = _txn(store, coord)
+    for v in _values(300):
+        p.send_async(v, txn=first)
+    with pytest.raises(AppendFailed):
+        first.commit()
+    second = _txn(store, coord)
+    values = _values(300, start=1000)
+    for v in values:
+        p.send_async(v, txn=second)
+    second.commit()
+    assert second.state is TxnState.COMMITTED
+    assert client.made[0].callbacks == len(values)  # the user's producer, per message
+    assert client.log[-300:] == values
+
+
+def test_sends_keep_their_order_across_plain_and_transactional_sends(store, coord):
+    client = _Client()
+    p = _producer(client)
+    txn = _txn(store, coord)
+    for v in _values(250):
+        p.send_async(v, txn=txn)
+    p.send(b"plain-1")  # after the 250 in the topic, as on one producer
+    p.send_async(b"plain-2", callback=lambda r, m: None)
+    for v in _values(50, start=250):
+        p.send_async(v, txn=txn)  # after plain-2
+    txn.commit()
+    assert client.log == [*_values(250), b"plain-1", b"plain-2", *_values(50, start=250)]
+
+
+def test_transactions_sharing_a_producer_never_share_an_entry(store, coord):
+    client = _Client()
+    p = _producer(client)
+    a, b = _txn(store, coord), _txn(store, coord)
+    for i in range(2000):
+        p.send_async(b"a%d" % i if i % 2 == 0 else b"b%d" % i, txn=a if i % 2 == 0 else b)
+    a.commit()
+    b.commit()
+    assert a.state is TxnState.COMMITTED and b.state is TxnState.COMMITTED
+    assert sorted(client.log) == sorted(b"a%d" % i if i % 2 == 0 else b"b%d" % i
+                                        for i in range(2000))
+    for entry in client.per_entry.entries:
+        assert len({v[:1] for v in entry}) == 1, entry[:3]
+
+
+def test_an_aborted_transactions_sends_are_never_appended(store, coord):
+    client = _Client()
+    p = _producer(client)
+    txn = _txn(store, coord)
+    for v in _values(50):
+        p.send_async(v, txn=txn)
+    txn.abort()
+    p.send(b"plain")
+    p.flush()
+    assert client.log == [b"plain"]
+
+
+def test_a_send_after_the_commit_took_the_last_chunk_is_refused(store, coord):
+    """A send racing its transaction's commit is refused, never left behind while the
+    transaction commits without it."""
+    client = _Client()
+    p = _producer(client)
+    txn = _txn(store, coord)
+    p.send_async(b"in", txn=txn)
+    p.entries.hand_over(txn.id)  # what the commit does first
+    with pytest.raises(TxnNotOpen):
+        p.send_async(b"late", txn=txn)
+    with pytest.raises(AppendFailed):  # the caller was told a send failed
+        txn.commit()
+
+
+@pytest.mark.parametrize("kw", [{"producer_name": "mine"}, {"batching_enabled": False},
+                                {"chunking_enabled": True}, {"block_if_queue_full": False},
+                                {"batching_type": pulsar.BatchingType.KeyBased}])
+def test_settings_the_per_entry_path_cannot_share_keep_a_callback_per_message(store, coord, kw):
+    client = _Client()
+    p = _producer(client, **kw)
+    assert p.entries is None
+    txn = _txn(store, coord)
+    for v in _values(20):
+        p.send_async(v, txn=txn)
+    txn.commit()
+    assert client.made[0].callbacks == 20 and len(client.made) == 1

@@ -139,7 +139,11 @@ def bench_gate(url, big):
             "ratio": out[big] / out[10], "target": "<= 3"}
 
 
-def bench_reader(services, n):
+def bench_reader(services, n, aborted_every=0):
+    """READ_COMMITTED reader ÷ a plain pulsar-client reader over the same topic.
+    ``aborted_every``: every k-th transaction of 1,000 aborts (k=10: 10 % aborted); the
+    plain reader reads every message the topic holds, the READ_COMMITTED one the
+    committed ones, skipping the rest."""
     client = PulsarTxnClient(services.service_url, services.metastore_url,
                              namespace=f"b{uuid.uuid4().hex[:8]}")
     topic = f"persistent://public/default/rd-{uuid.uuid4().hex[:8]}"
@@ -147,15 +151,22 @@ def bench_reader(services, n):
                                block_if_queue_full=True)
     payload = b"x" * 100
     per_txn = 1000
-    for _ in range(0, n, per_txn):
+    committed = 0
+    for k, _ in enumerate(range(0, n, per_txn), 1):
         txn = client.new_transaction()
         for _ in range(per_txn):
             p.send_async(payload, txn=txn)
-        txn.commit()
+        if aborted_every and k % aborted_every == 0:
+            txn.flush()  # written, then aborted: readers skip its entries
+            txn.abort()
+        else:
+            txn.commit()
+            committed += per_txn
+
     def txn_read():
         r = client.create_reader(topic)
         got = 0
-        while got < n:
+        while got < committed:
             r.read_next(5000).data()
             got += 1
         r.close()
@@ -163,8 +174,9 @@ def bench_reader(services, n):
     t_plain = min(plain_read(services.service_url, topic, n) for _ in range(2))
     t_txn = min(timed(txn_read, 2))
     client.close()
-    return {"messages": n, "plain_msgs_per_s": n / t_plain, "read_committed_msgs_per_s":
-            n / t_txn, "ratio": t_plain / t_txn, "target": ">= 0.9"}
+    return {"messages": n, "aborted_share": round(1 - committed / n, 3),
+            "plain_msgs_per_s": n / t_plain, "read_committed_msgs_per_s": committed / t_txn,
+            "ratio": t_plain / t_txn, "target": ">= 0.9"}
 
 
 def bench_produce(services, n, per_txn=1000):
@@ -257,10 +269,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", "--smoke", action="store_true", help="smaller sizes (CI smoke)")
     ap.add_argument("--json", help="also write results to this file")
-    ap.add_argument("--only", help="comma list: fanout,visible,gate,reader,produce,cold")
+    ap.add_argument("--only", help="comma list: fanout,visible,gate,reader,reader_aborted,"
+                                      "produce,cold")
     args = ap.parse_args()
     q = args.quick
-    only = set((args.only or "fanout,visible,gate,reader,produce,cold").split(","))
+    only = set((args.only or "fanout,visible,gate,reader,reader_aborted,produce,cold").split(","))
     results = {"machine": machine()}
     with Services() as s:
         results["broker"] = s.kind
@@ -273,6 +286,9 @@ def main() -> None:
                                                       10_000 if quick else 100_000)),
             "reader": ("reader_throughput",
                        lambda quick: bench_reader(s, 20_000 if quick else 200_000)),
+            "reader_aborted": ("reader_throughput_10pct_aborted",
+                               lambda quick: bench_reader(s, 20_000 if quick else 200_000,
+                                                          aborted_every=10)),
             "produce": ("txn_produce",
                         lambda quick: bench_produce(s, 5_000 if quick else 200_000)),
             "cold": ("cold_start", lambda quick: bench_cold_start(

@@ -167,7 +167,6 @@ class _EntrySends:
         self._owner_run: WriterRun | None = None  # whose messages the open batch holds
         self._dirty = False  # handed over since the last flush of this producer
         self._main_dirty = False  # the user's producer took async sends since its flush
-        self._committing: dict[TxnId, None] = {}  # last chunk handed over: no more sends
         self._runs: list[WriterRun] = []  # of recent transactions (see ``usable``)
 
     def add(self, txn: Transaction, value: bytes, key: str | None, props: dict | None,
@@ -177,7 +176,7 @@ class _EntrySends:
         with self._lock:
             chunk = self._chunks.get(txn.id)
             if chunk is None:
-                if txn.id in self._committing:  # its commit took the last chunk already
+                if txn.committing:  # its commit's flush may have passed this producer
                     raise TxnNotOpen(str(txn.id), "committing")
                 txn.ensure_open()
                 # A run that found a batch cut where it was not foreseen (a client whose
@@ -231,9 +230,6 @@ class _EntrySends:
     def hand_over(self, txn_id: TxnId) -> None:
         """Before ``txn_id``'s runs are flushed (its commit): its last chunk goes."""
         with self._lock:
-            self._committing[txn_id] = None
-            if len(self._committing) > 1024:
-                del self._committing[next(iter(self._committing))]
             chunk = self._chunks.pop(txn_id, None)
             if chunk is not None:
                 self._hand_over(chunk)

@@ -54,6 +54,7 @@ class Transaction:
         self._lock = threading.Lock()
         self._state = TxnState.OPEN
         self._failed_send: str | None = None  # the first send that raised (see send_failed)
+        self._committing = False  # commit() began: its flush may have passed a sender
 
     @classmethod
     def join(cls, store: MetadataStore, txn_id: TxnId) -> JoinedTransaction:
@@ -66,6 +67,12 @@ class Transaction:
     @property
     def state(self) -> TxnState:
         return self._state
+
+    @property
+    def committing(self) -> bool:
+        """``commit()`` began (still OPEN until its CAS): a sender whose sends wait for
+        the commit's flush to be made (a buffered one) must refuse new ones now."""
+        return self._committing
 
     def ensure_open(self) -> None:
         if self._state is not TxnState.OPEN:
@@ -133,6 +140,7 @@ class Transaction:
         """Flush, then the CAS. A transaction in which a send raised, or whose appends
         did not all land, is aborted instead and the error raised."""
         self.ensure_open()
+        self._committing = True
         try:
             if self._failed_send is not None:
                 raise AppendFailed(f"transaction {self.id}: {self._failed_send}, so the "

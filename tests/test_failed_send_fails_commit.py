@@ -10,6 +10,8 @@ redis-py's retries); integration_tests/test_failed_send_commit.py cuts real Redi
 
 from __future__ import annotations
 
+from functools import partial
+
 import pulsar
 import pytest
 
@@ -100,7 +102,9 @@ def _refused_and_aborted(txn: Transaction, store) -> None:
 def test_a_send_whose_registration_failed_fails_the_commit(store, coord, how, send_on):
     txn = Transaction(store, coord.new_transaction(), coord)
     producer = Producer(_Client(), "persistent://public/default/t")
-    send = producer.send if how == "send" else producer.send_async
+    # with a callback: registered at the send (without one it waits in a chunk: below)
+    send = producer.send if how == "send" else partial(producer.send_async,
+                                                       callback=lambda r, m: None)
     store.down = True
     with pytest.raises(MetastoreUnavailable):
         send(b"m0", txn=txn)  # the caller catches it ...
@@ -108,6 +112,20 @@ def test_a_send_whose_registration_failed_fails_the_commit(store, coord, how, se
     if send_on:
         send(b"m1", txn=txn)  # ... and sends on once the store is back
     _refused_and_aborted(txn, store)
+
+
+def test_a_per_entry_send_whose_registration_fails_at_the_hand_over_fails_the_commit(
+        store, coord):
+    """A send without a callback is registered when its chunk is handed over (at the
+    latest, the commit's flush): a registration refused then fails the commit."""
+    txn = Transaction(store, coord.new_transaction(), coord)
+    producer = Producer(_Client(), "persistent://public/default/t")
+    producer.send_async(b"m0", txn=txn)  # taken into the chunk: nothing registered yet
+    store.down = True
+    with pytest.raises(MetastoreUnavailable):
+        txn.commit()
+    assert txn.state is TxnState.ABORTED
+    assert store.get_header(txn.id).state is TxnState.ABORTED
 
 
 def test_a_send_refused_before_it_reached_the_run_fails_the_commit(store, coord):

@@ -188,18 +188,41 @@ def test_an_aborted_transactions_sends_are_never_appended(store, coord):
     assert client.log == [b"plain"]
 
 
-def test_a_send_after_the_commit_took_the_last_chunk_is_refused(store, coord):
-    """A send racing its transaction's commit is refused, never left behind while the
-    transaction commits without it."""
+class _LateSender:
+    """A send of another thread that lands while the commit flushes, after the
+    producer's chunk was handed over."""
+
+    def __init__(self, producer: Producer, txn: Transaction) -> None:
+        self.producer, self.txn, self.raised = producer, txn, None
+
+    def flush(self) -> None:
+        try:
+            self.producer.send_async(b"late", txn=self.txn)
+        except TxnNotOpen as e:
+            self.raised = e
+            raise
+
+
+def test_a_send_racing_its_commit_is_refused_never_left_behind(store, coord):
+    """A send that lands while its transaction commits, after the commit's flush took
+    the producer's chunk, is refused, never buffered while the transaction commits
+    without it."""
     client = _Client()
     p = _producer(client)
     txn = _txn(store, coord)
     p.send_async(b"in", txn=txn)
-    p.entries.hand_over(txn.id)  # what the commit does first
+    late = _LateSender(p, txn)
+    txn.flush_before_commit(late)
     with pytest.raises(TxnNotOpen):
-        p.send_async(b"late", txn=txn)
-    with pytest.raises(AppendFailed):  # the caller was told a send failed
         txn.commit()
+    assert late.raised is not None and txn.state is TxnState.ABORTED
+    p.flush()
+    assert b"late" not in client.log
+    p.send_async(b"mid", txn=(mid := _txn(store, coord)))
+    mid.flush()  # a flush is no commit: the transaction takes more sends
+    p.send_async(b"after-flush", txn=mid)
+    mid.commit()
+    assert client.log[-2:] == [b"mid", b"after-flush"]
 
 
 @pytest.mark.parametrize("kw", [{"producer_name": "mine"}, {"batching_enabled": False},

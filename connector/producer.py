@@ -42,6 +42,13 @@ _DEFAULTS = {"batching_max_messages": 1000, "batching_max_allowed_size_in_bytes"
              "max_pending_messages": 10_000}
 
 
+def _on_callback_thread() -> bool:
+    """Whether this is a thread Python did not start: pulsar-client's I/O thread
+    running a send's callback. It must never block on a flush (the flush waits for
+    receipts that very thread delivers), so nothing here waits on it."""
+    return threading.current_thread().name.startswith("Dummy-")
+
+
 class Producer:
     """A producer whose sends may join a transaction (``txn=``)."""
 
@@ -156,9 +163,12 @@ class _EntrySends:
     def __init__(self, client: pulsar.Client, owner: Producer, kwargs: dict) -> None:
         self._client, self._owner = client, owner
         kw = {**_DEFAULTS, **kwargs, **_PER_ENTRY_KW}
-        self._kw = kw
         self.max_n = int(kw["batching_max_messages"])
         self.max_b = int(kw["batching_max_allowed_size_in_bytes"])
+        # a full queue blocks the send without sending the open batch (its time trigger
+        # is an hour away): the queue holds two batches at least
+        kw["max_pending_messages"] = max(int(kw["max_pending_messages"]), 2 * self.max_n)
+        self._kw = kw
         self.writer_id = owner.writer_id + "e"
         self._native = None  # made at the first hand-over
         self.enabled = True
@@ -173,11 +183,11 @@ class _EntrySends:
             event_time_ms: int | None) -> bool:
         """Take a send into its transaction's chunk; False: this producer hears of
         every message from now on (see below), the caller sends it so."""
+        if _on_callback_thread():
+            return False  # sent on the user's producer, as any send from a callback
         with self._lock:
             chunk = self._chunks.get(txn.id)
             if chunk is None:
-                if txn.committing:  # its commit's flush may have passed this producer
-                    raise TxnNotOpen(str(txn.id), "committing")
                 txn.ensure_open()
                 # A run that found a batch cut where it was not foreseen (a client whose
                 # batching differs from the rule entry_acks foresees) failed closed;
@@ -186,8 +196,15 @@ class _EntrySends:
                        for r in self._runs):
                     self.enabled = False
                     return False
-                chunk = self._chunks[txn.id] = _Chunk(txn)
+                # refused once its commit began (the commit's flush may have passed here)
                 txn.flush_before_commit(_CommitFlush(self, txn.id))
+                for other, left in list(self._chunks.items()):  # an ended one's go
+                    if left.txn.state is not TxnState.OPEN:
+                        del self._chunks[other]
+                chunk = self._chunks[txn.id] = _Chunk(txn)
+            elif txn.committing or txn.state is not TxnState.OPEN:
+                raise TxnNotOpen(str(txn.id), "committing" if txn.committing
+                                 else txn.state.value)
             chunk.values.append(value)
             chunk.keys.append(key)
             chunk.props.append(props)
@@ -197,34 +214,38 @@ class _EntrySends:
             return True
 
     def _hand_over(self, chunk: _Chunk) -> None:
-        """Called with the lock held: the chunk's sends go to the per-entry producer."""
+        """Called with the lock held: the chunk's sends go to the per-entry producer.
+        Whatever fails on the way (the other producer, a registration, a send), the
+        transaction cannot commit, whoever's call handed the chunk over."""
         values = chunk.values
         if not values:
             return
-        if self._main_dirty:  # the user's producer's earlier sends go first
-            self._owner.native.flush()
-            self._main_dirty = False
-        if self._native is None:
-            self._native = self._client.create_producer(self._owner.segment, **self._kw)
-        run = chunk.txn.run_for(self._owner.segment, self.writer_id, self._native)
-        entries = run.per_entry
-        if entries is None:
-            entries = run.acknowledge_per_entry(self.max_n, self.max_b)
-            self._runs = [*self._runs[-31:], run]
-        if self._owner_run is not run:
-            if self._owner_run is not None and self._dirty:
-                self._native._producer.flush_async(_ignore)  # cuts the open batch now
-            entries.cut()
-            self._owner_run = run
-        keys = chunk.keys if any(chunk.keys) else None
-        props = chunk.props if any(chunk.props) else None
-        times = chunk.times if any(chunk.times) else None
+        keys, props, times = chunk.keys, chunk.props, chunk.times
         chunk.values, chunk.keys, chunk.props, chunk.times = [], [], [], []
-        self._dirty = True
         try:
-            run.send_many(values, keys, props, times)
+            if self._main_dirty:  # the user's producer's earlier sends go first
+                self._owner.native.flush()
+                self._main_dirty = False
+            if self._native is None:
+                self._native = _Flushed(self, self._client.create_producer(
+                    self._owner.segment, **self._kw))
+            run = chunk.txn.run_for(self._owner.segment, self.writer_id, self._native)
+            entries = run.per_entry
+            if entries is None:
+                entries = run.acknowledge_per_entry(self.max_n, self.max_b)
+                self._runs = [*self._runs[-31:], run]
+            if self._owner_run is not run:
+                if self._dirty:
+                    self._native.cut()  # another run's open batch is sent now
+                entries.cut()
+            self._owner_run, self._dirty = run, True
+            run.send_many(values, keys if any(keys) else None, props if any(props) else None,
+                          times if any(times) else None)
+            # (a first append flushes inside send_many, and says the batch is empty: the
+            # run's own messages after it are in the open batch again)
+            self._owner_run, self._dirty = run, True
         except BaseException as e:
-            chunk.txn.send_failed(e)  # whoever's send handed it over, the txn cannot commit
+            chunk.txn.send_failed(e)
             raise
 
     def hand_over(self, txn_id: TxnId) -> None:
@@ -251,11 +272,16 @@ class _EntrySends:
             except Exception as e:  # noqa: BLE001 - the runs' callbacks say what failed
                 log.debug("flushing the per-entry producer of %s failed: %s",
                           self._owner.segment, e)
-            self._owner_run, self._dirty = None, False
+
+    def flushed(self) -> None:
+        """The per-entry producer's open batch was sent (a flush, under the lock): the
+        next hand-over starts a batch, whoever's it is."""
+        self._owner_run, self._dirty = None, False
 
     def before_other_send(self) -> None:
-        """A send on the user's producer comes after every send made here before it."""
-        if self._chunks or self._dirty:
+        """A send on the user's producer comes after every send made here before it
+        (not from a send's callback: that thread must never wait for a flush)."""
+        if (self._chunks or self._dirty) and not _on_callback_thread():
             with self._lock:
                 self._drain()
 
@@ -271,6 +297,35 @@ class _EntrySends:
             self._drain()
             if self._native is not None:
                 self._native.close()
+
+
+class _Flushed:
+    """The per-entry producer as its runs see it: a flush (a run's commit, its first
+    append) takes the hand-over lock, so it never cuts another run's hand-over half
+    way, and leaves the open batch empty for whoever hands over next."""
+
+    def __init__(self, sends: _EntrySends, native) -> None:
+        self._sends, self.native = sends, native
+
+    @property
+    def _producer(self):
+        """pulsar-client's native producer: send_columns builds messages natively."""
+        return self.native._producer
+
+    def send_async(self, value, callback, **kw) -> None:
+        self.native.send_async(value, callback, **kw)
+
+    def cut(self) -> None:
+        """Send the open batch now, without waiting (the caller holds the lock)."""
+        self._producer.flush_async(_ignore)
+
+    def flush(self) -> None:
+        with self._sends._lock:
+            self.native.flush()
+            self._sends.flushed()
+
+    def close(self) -> None:
+        self.native.close()
 
 
 class _CommitFlush:

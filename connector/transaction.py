@@ -99,8 +99,12 @@ class Transaction:
         return run is not None and run.first is not None
 
     def flush_before_commit(self, flusher: Flushable) -> None:
-        """``flusher.flush()`` runs before the runs are flushed and the CAS is made."""
+        """``flusher.flush()`` runs before the runs are flushed and the CAS is made.
+        Refused once the commit began: its flushers may have run already, and a sender
+        that needs one must not take a send it would leave behind."""
         with self._lock:
+            if self._committing:
+                raise TxnNotOpen(str(self.id), "committing")
             if flusher not in self._flushers:
                 self._flushers.append(flusher)
 
@@ -130,7 +134,9 @@ class Transaction:
 
     def flush(self) -> None:
         """Wait until every send that joined is positioned (or raise)."""
-        for flusher in self._flushers:
+        with self._lock:
+            flushers = list(self._flushers)
+        for flusher in flushers:
             flusher.flush()
         for run in list(self._runs.values()):
             run.flush()
@@ -140,7 +146,8 @@ class Transaction:
         """Flush, then the CAS. A transaction in which a send raised, or whose appends
         did not all land, is aborted instead and the error raised."""
         self.ensure_open()
-        self._committing = True
+        with self._lock:  # a flusher registered after this is refused (flush_before_commit)
+            self._committing = True
         try:
             if self._failed_send is not None:
                 raise AppendFailed(f"transaction {self.id}: {self._failed_send}, so the "

@@ -13,6 +13,8 @@ same path on both real brokers.
 
 from __future__ import annotations
 
+import threading
+
 import pulsar
 import pytest
 from test_entry_acks import BatchingProducer, _values
@@ -31,11 +33,18 @@ PER_ENTRY_DELAY = 3_600_000
 class _Logged(BatchingProducer):
     """A batching producer whose stored entries also go to the topic's shared log."""
 
-    def __init__(self, log: list, kw: dict, **faults) -> None:
+    def __init__(self, log: list, kw: dict, pause=None, **faults) -> None:
         super().__init__(max_messages=kw.get("batching_max_messages", 1000),
                          max_bytes=kw.get("batching_max_allowed_size_in_bytes", 128 * 1024),
                          **faults)
         self.log, self.kw, self.closed = log, kw, False
+        self.pause = pause  # (message number, reached, go): stop there until go is set
+
+    def send_async(self, value, callback, properties=None, **kw) -> None:
+        if self.pause is not None and self.number == self.pause[0]:
+            self.pause[1].set()
+            self.pause[2].wait(10)
+        super().send_async(value, callback, properties, **kw)
 
     def flush(self) -> None:
         before = len(self.entries)
@@ -61,11 +70,14 @@ class _Logged(BatchingProducer):
 class _Client:
     """create_producer as pulsar-client's; ``faults`` apply to the per-entry producer."""
 
-    def __init__(self, **faults) -> None:
+    def __init__(self, refuse_per_entry: bool = False, **faults) -> None:
         self.faults, self.log, self.made = faults, [], []
+        self.refuse_per_entry = refuse_per_entry
 
     def create_producer(self, topic: str, **kw):
         per_entry = kw.get("batching_max_publish_delay_ms") == PER_ENTRY_DELAY
+        if per_entry and self.refuse_per_entry:
+            raise pulsar.Timeout("creating the producer timed out")
         p = _Logged(self.log, kw, **(self.faults if per_entry else {}))
         self.made.append(p)
         return p
@@ -237,3 +249,84 @@ def test_settings_the_per_entry_path_cannot_share_keep_a_callback_per_message(st
         p.send_async(v, txn=txn)
     txn.commit()
     assert client.made[0].callbacks == 20 and len(client.made) == 1
+
+
+def test_a_hand_over_that_fails_before_its_sends_fails_the_commit(store, coord):
+    """Review of issue 31: a plain send drains the transactions' chunks to keep order;
+    the second producer cannot be made. The chunk is gone, so the transaction must not
+    commit (it would miss the message)."""
+    client = _Client(refuse_per_entry=True)
+    p = _producer(client)
+    txn = _txn(store, coord)
+    p.send_async(b"t-1", txn=txn)
+    p.send(b"plain")  # the drain's hand-over fails; the plain send goes on
+    p.send_async(b"t-2", txn=txn)
+    with pytest.raises(AppendFailed):
+        txn.commit()
+    assert txn.state is TxnState.ABORTED and client.log == [b"plain"]
+
+
+def test_a_send_to_an_ended_transaction_is_refused_even_with_a_chunk(store, coord):
+    client = _Client()
+    p = _producer(client)
+    txn = _txn(store, coord)
+    p.send_async(b"a", txn=txn)
+    txn.abort()
+    with pytest.raises(TxnNotOpen):
+        p.send_async(b"b", txn=txn)
+    p.flush()
+    assert client.log == []
+
+
+def test_the_per_entry_queue_holds_two_batches_whatever_the_users_setting(store, coord):
+    """A full queue blocks a send without sending the open batch, whose time trigger is
+    an hour away: the per-entry producer's queue never holds less than two batches."""
+    client = _Client()
+    p = _producer(client, max_pending_messages=50)
+    txn = _txn(store, coord)
+    for v in _values(250):
+        p.send_async(v, txn=txn)
+    txn.commit()
+    assert client.per_entry.kw["max_pending_messages"] >= 200
+    assert client.made[0].kw["max_pending_messages"] == 50  # the user's own, as given
+
+
+class _Signal:
+    """A flusher that says the commit passed its producers' hand-overs, then waits."""
+
+    def __init__(self, passed: threading.Event, go: threading.Event) -> None:
+        self.passed, self.go = passed, go
+
+    def flush(self) -> None:
+        self.passed.set()
+        self.go.wait(10)
+
+
+def test_a_commit_on_another_thread_never_cuts_a_hand_over_half_way(store, coord):
+    """Review of issue 31: transaction A's commit flushes the per-entry producer while
+    B's hand-over is half way; the flush waits for it (else it cuts B's batch where B's
+    entries do not foresee, and B, valid, fails to commit)."""
+    reached, go = threading.Event(), threading.Event()
+    client = _Client(pause=(140, reached, go))  # B's 40th message of its hand-over
+    p = _producer(client)
+    a, b = _txn(store, coord), _txn(store, coord)
+    for v in _values(100):
+        p.send_async(v, txn=a)  # handed over at once (a full batch of 100)
+    passed, resume = threading.Event(), threading.Event()
+    a.flush_before_commit(_Signal(passed, resume))
+    committed: list = []
+    t_a = threading.Thread(target=lambda: committed.append(a.commit().state))
+    t_a.start()
+    assert passed.wait(5)  # A's commit is past its hand-over, before its runs' flush
+    t_b = threading.Thread(target=lambda: [p.send_async(v, txn=b)
+                                           for v in _values(100, start=100)])
+    t_b.start()
+    assert reached.wait(5)  # B's hand-over is half way, the lock held
+    resume.set()  # A goes on to flush its run
+    t_a.join(0.5)  # (on the old code A's flush ran now, cutting B's batch)
+    go.set()
+    t_b.join(10)
+    t_a.join(10)
+    b.commit()
+    assert committed == [TxnState.COMMITTED] and b.state is TxnState.COMMITTED
+    assert sorted(client.log) == _values(200)

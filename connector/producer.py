@@ -185,6 +185,7 @@ class _EntrySends:
         every message from now on (see below), the caller sends it so."""
         if _on_callback_thread():
             return False  # sent on the user's producer, as any send from a callback
+        txn.check_deployment()
         with self._lock:
             chunk = self._chunks.get(txn.id)
             if chunk is None:

@@ -17,7 +17,13 @@ import threading
 from typing import Protocol
 
 from pulsar_txn.coordinator import TransactionCoordinator
-from pulsar_txn.errors import AppendFailed, ConfigError, PulsarTxnError, TxnNotOpen
+from pulsar_txn.errors import (
+    AppendFailed,
+    ConfigError,
+    DeploymentChanged,
+    PulsarTxnError,
+    TxnNotOpen,
+)
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.records import TxnHeader, TxnId
 from pulsar_txn.state import TxnState
@@ -77,6 +83,14 @@ class Transaction:
     def ensure_open(self) -> None:
         if self._state is not TxnState.OPEN:
             raise TxnNotOpen(str(self.id), self._state.value)
+
+    def check_deployment(self) -> None:
+        """Raise DeploymentChanged once this process saw its metastore reset (sticky on
+        the store, no round trip): a send that waits to be appended is refused as an
+        appending one is (writer.WriterRun), so no send is taken across the change."""
+        lost = self._store.deployment_lost
+        if lost is not None:
+            raise DeploymentChanged(lost)
 
     # ---- what joins a transaction ----
     def run_for(self, segment: str, writer: str, producer, fence=None) -> WriterRun:

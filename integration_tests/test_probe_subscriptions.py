@@ -20,6 +20,7 @@ import pytest
 from pulsar_txn.admin import admin_request
 from pulsar_txn.broker_io import wait_probe_cleanup
 from pulsar_txn.metastore import open_store
+from pulsar_txn.records import Position
 from pulsar_txn.spark.options import SourceOptions
 from pulsar_txn.spark.planning import Planner
 
@@ -99,7 +100,7 @@ def test_planning_creates_no_subscription_per_trigger(counted_planner, plain_pul
         for ask in range(45):
             if ask % 9 == 0:  # the last entry moves forward between triggers
                 sent = producer.send(f"m{ask}".encode())
-                want = (sent.ledger_id(), sent.entry_id())
+                want = Position(sent.ledger_id(), sent.entry_id())
             got = planner.last_entry(topic)
             assert got == want, f"ask {ask}: {got} != the last entry sent {want}"
             answers.append(got)
@@ -143,7 +144,7 @@ def test_kept_probe_pins_no_backlog_older_than_last_probe(counted_planner, plain
         for i in range(2):
             sent = producer.send(f"b{i}".encode())
         assert _eventually(lambda: _backlog(broker, topic, name), 2) == 2
-        assert planner.last_entry(topic) == (sent.ledger_id(), sent.entry_id()) > last
+        assert planner.last_entry(topic) == Position(sent.ledger_id(), sent.entry_id()) > last
         assert _eventually(lambda: _backlog(broker, topic, name), 0) == 0
     finally:
         planner.close()

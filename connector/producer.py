@@ -177,7 +177,7 @@ class _EntrySends:
         self._owner_run: WriterRun | None = None  # whose messages the open batch holds
         self._dirty = False  # handed over since the last flush of this producer
         self._main_dirty = False  # the user's producer took async sends since its flush
-        self._runs: list[WriterRun] = []  # of recent transactions (see ``usable``)
+        self._runs: list[WriterRun] = []  # of recent transactions (see ``add``: fallback)
 
     def add(self, txn: Transaction, value: bytes, key: str | None, props: dict | None,
             event_time_ms: int | None) -> bool:

@@ -26,7 +26,7 @@ from pulsar_txn.records import (
 )
 from pulsar_txn.state import TxnState
 
-from .claims import AckRecord, Claims, ClaimView
+from .claims import AckRecord, ClaimReads, Claims, ClaimView
 
 
 def missing_namespace(ns: str, url: str, existing: Sequence[str]) -> str:
@@ -214,6 +214,9 @@ class MetadataStore(Protocol):
                   positions: Sequence[Position]) -> ClaimView:
         """The claim-table rows of these messages (one round trip): whether each is
         free, held by a txn, or consumed under a committed one."""
+    def claim_reads(self, segment: str, subscription: str) -> ClaimReads:
+        """Reads of the claim table that also tell whether it changed since (see
+        ClaimReads); one per consumer."""
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None: ...
     def trim_tombstones(self, segment: str, subscription: str, horizon: Position,
                         tombstones: Sequence[tuple[Position, TxnId]]) -> int:

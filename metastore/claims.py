@@ -12,9 +12,10 @@ them (``ack_order``), where a ``Position`` tuple sorts it before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from pulsar_txn.records import WHOLE_ENTRY, Position, TxnId
 
@@ -104,3 +105,20 @@ class AckRecord:
     @property
     def empty(self) -> bool:
         return not self.individual and self.cumulative is None
+
+
+class ClaimReads(Protocol):
+    """Reads of one claim table by one consumer, and whether it changed since.
+
+    A consumer checks each message against the table as it hands it out (one taken
+    by another consumer's committed txn meanwhile is never handed out). Asking the
+    server every time costs a round trip a message; ``unchanged`` answers from what
+    the server pushed (Redis: CLIENT TRACKING invalidations), so the question is
+    asked only when a write to the table may have changed the answer."""
+
+    def read(self, positions: Sequence[Position]) -> ClaimView:
+        """``claims_of`` these messages, and watch the table from this read on."""
+
+    def unchanged(self) -> bool:
+        """True only if nothing was written to the table since the last ``read``
+        (no round trip). False whenever that is not known."""

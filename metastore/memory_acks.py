@@ -214,6 +214,9 @@ class AckTables:
             row = [table.get(f) for f in claim_view_fields(positions)]
         return decode_claim_view(positions, row)
 
+    def claim_reads(self, segment: str, subscription: str) -> MemoryClaimReads:
+        return MemoryClaimReads(self._s, (segment, subscription))
+
     def mark_acks_applied(self, txn_id: TxnId, segment: str, subscription: str) -> None:
         """mark_acks_applied.lua."""
         with self._s.lock:
@@ -229,3 +232,23 @@ class AckTables:
         args = [tombstone_arg(p, h) for p, h in tombstones]
         with self._s.lock:
             return trim(self._claims(segment, subscription), ack_key(horizon), args)
+
+
+class MemoryClaimReads:
+    """ClaimReads in process: the table as last read, compared with the table now
+    (any write, a wipe or a restore of an earlier copy shows as a change)."""
+
+    def __init__(self, server: Server, table: tuple[str, str]) -> None:
+        self._s, self._table = server, table
+        self._seen: dict[str, str] | None = None
+
+    def read(self, positions: Sequence[Position]) -> ClaimView:
+        with self._s.lock:
+            table = dict(self._s.claims.get(self._table, {}))
+        self._seen = table
+        return decode_claim_view(positions, [table.get(f)
+                                             for f in claim_view_fields(positions)])
+
+    def unchanged(self) -> bool:
+        with self._s.lock:
+            return self._seen is not None and self._s.claims.get(self._table, {}) == self._seen

@@ -8,6 +8,7 @@ backend keeps the same split (memory_acks.py), so the two read side by side.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -29,6 +30,7 @@ from .keys import (
     split_record_field,
     tombstone_arg,
 )
+from .redis_tracking import ClaimTracking, RedisClaimReads
 from .replies import raise_txn_status, translate
 from .scripts import Scripts
 
@@ -39,6 +41,22 @@ class RedisAcks:
     r: redis.Redis
     keys: Keys
     scripts: Scripts
+    url: str
+    pool: redis.ConnectionPool | None  # None: a cluster (a pool per node)
+
+    def pool_of(self, key: str) -> redis.ConnectionPool:
+        """The connection pool of the server (cluster node) that holds ``key``."""
+        return (self.pool if self.pool is not None
+                else self.r.get_node_from_key(key).redis_connection.connection_pool)
+
+    @functools.cached_property
+    def claim_tracking(self) -> ClaimTracking:
+        return ClaimTracking(self.pool_of)
+
+    def close_claim_tracking(self) -> None:
+        tracking = vars(self).get("claim_tracking")  # made on first use only
+        if tracking is not None:
+            tracking.close()
 
     @translate
     def claim_acks(self, txn_id: TxnId, segment: str, subscription: str,
@@ -98,6 +116,11 @@ class RedisAcks:
         row = self.r.hmget(self.keys.ack_claims(segment, subscription),
                            claim_view_fields(positions))
         return decode_claim_view(positions, row)
+
+    def claim_reads(self, segment: str, subscription: str) -> RedisClaimReads:
+        key = self.keys.ack_claims(segment, subscription)
+        return RedisClaimReads(self.claim_tracking, key, self.url,
+                               lambda ps: self.claims_of(segment, subscription, ps))
 
     @translate
     def trim_tombstones(self, segment: str, subscription: str, horizon: Position,

@@ -184,6 +184,7 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
                 and any(f for f, w in zip(forms, WIRE_NAMES) if w != wire)]
 
     def close(self) -> None:
+        self.close_claim_tracking()
         if self.pool is None:
             self.r.close()
         else:
@@ -194,8 +195,7 @@ class RedisMetadataStore(RedisServerStarts, RedisNamespace, RedisFsync, RedisWri
         retries: WAITAOF waits for the writes of its own connection, and a retried
         WAITAOF on a new connection (no writes) would confirm at once what was never
         fsynced. ``timeout_s`` above WAITAOF's own limit. Close it after use."""
-        pool = (self.pool if self.pool is not None
-                else self.r.get_node_from_key(key).redis_connection.connection_pool)
+        pool = self.pool_of(key)
         kwargs = {**pool.connection_kwargs, "retry": Retry(NoBackoff(), 0),
                   "socket_timeout": timeout_s, "health_check_interval": 0}
         return redis.Redis(connection_pool=redis.ConnectionPool(

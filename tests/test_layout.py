@@ -157,6 +157,8 @@ THIRD_PARTY = {
     "_replace": "namedtuple's public API (urllib's ParseResult)",
     "_exit": "os._exit: a fault seam kills the driver without cleanup",
     "_sock": "redis-py's connection socket: a fault seam cuts a watch's connection",
+    "_parser": "redis-py's connection parser: where a RESP3 invalidation handler is set "
+               "(redis-py has no public setter; redis_tracking.py)",
 }
 
 

@@ -822,6 +822,63 @@ def test_claims_of_tells_free_held_and_committed_messages(store):
     assert store.claims_of("s", "other", keys).of(K(10)) == (ClaimKind.FREE, None)
 
 
+def _changed_soon(reads, limit_s: float = 1.0) -> bool:
+    """Whether ``reads`` learns of a write within ``limit_s``: on Redis the server
+    pushes the invalidation in the event-loop iteration that made the write, a few
+    microseconds after (or before) the writer's reply."""
+    deadline = time.monotonic() + limit_s
+    while reads.unchanged():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_claim_reads_know_when_their_table_changed(store):
+    """A consumer's hand-out check asks the store again only when the claim table may
+    have changed since its own last read (ClaimReads): unchanged after a read, changed
+    by every kind of write to its table (claim, release, tombstone, trim), not by a
+    write to another table, and a reader knows of its own reads only."""
+    t1, t2 = new_txn(store), new_txn(store)
+    a, b = store.claim_reads("s", "sub"), store.claim_reads("s", "sub")
+    assert not a.unchanged()  # never read: unknown
+    assert a.read([K(1)]).of(K(1)) == (ClaimKind.FREE, None)
+    assert a.unchanged() and not b.unchanged()
+    store.claim_acks(t1, "s", "other", [K(1)], False)
+    store.claim_acks(t1, "t", "sub", [K(1)], False)
+    assert a.unchanged()  # other tables
+    store.claim_acks(t1, "s", "sub", [K(1)], False)
+    assert _changed_soon(a)
+    assert a.read([K(1)]).of(K(1)) == (ClaimKind.HELD, t1) and a.unchanged()
+    assert b.read([K(2)]).of(K(2)) == (ClaimKind.FREE, None) and b.unchanged()
+    store.release_acks(t1, "s", "sub", [K(1)], committed=True)
+    assert _changed_soon(a) and _changed_soon(b)
+    assert a.read([K(1)]).of(K(1)) == (ClaimKind.COMMITTED, t1) and a.unchanged()
+    store.claim_acks(t2, "s", "sub", [K(3)], False)
+    assert _changed_soon(a)
+    a.read([K(3)])
+    store.release_acks(t2, "s", "sub")  # an abort's release
+    assert _changed_soon(a)
+    a.read([K(1)])
+    store.trim_tombstones("s", "sub", K(1), [(K(1), t1)])
+    assert _changed_soon(a)
+    assert a.read([K(1)]).of(K(1)) == (ClaimKind.COMMITTED, None) and a.unchanged()
+
+
+def test_claim_reads_after_a_restore_of_the_store_know_nothing(restorable):
+    """A restore of an earlier copy (a new server start on old data) may take writes
+    back: no read before it counts as current."""
+    store = restorable.open()
+    t = new_txn(store)
+    saved = restorable.save()
+    store.claim_acks(t, "s", "sub", [K(1)], False)
+    reads = store.claim_reads("s", "sub")
+    assert reads.read([K(1)]).of(K(1)) == (ClaimKind.HELD, t) and reads.unchanged()
+    restorable.restore(saved)
+    assert not reads.unchanged()
+    assert reads.read([K(1)]).of(K(1)) == (ClaimKind.FREE, None)
+
+
 def test_a_whole_entry_sorts_after_its_batch_indexes_in_claims(store):
     """Ack order, not Position order: a cumulative claim of batch index 2 of entry 5
     holds indexes 0..2 and not the entry as a whole (batch -1), and a horizon at the

@@ -71,6 +71,11 @@ class Consumer(GatedStream):
         self._held_elsewhere: set[Key] = set()
         self._claims_seen = False  # this subscription has transactional claims
         self.reacked = 0  # deliveries of messages consumed under a committed txn
+        # the claim table, read so that an unchanged one is not asked again
+        self._claim_reads = side.store.claim_reads(self.segment, subscription)
+        # held messages a re-check found consumed under a committed txn: acked, not
+        # handed out, when their turn comes
+        self._consumed: set[Key] = set()
         self._stash: list = []  # received, not yet checked against the claim table
         try:
             self.acks = PendingAckStore(side.store, self.segment, subscription,
@@ -127,7 +132,7 @@ class Consumer(GatedStream):
         self._claims_seen = True
         keys = [_key(raw.message_id()) for raw in raws]
         positions = [Position(*k) for k in keys]
-        view = store.claims_of(self.segment, self.subscription, positions)
+        view = self._claim_reads.read(positions)
         out = []
         for raw, k, p in zip(raws, keys, positions):
             kind, _ = view.of(p)
@@ -175,22 +180,45 @@ class Consumer(GatedStream):
         """Checked again as it is handed out: while it waited in the buffer, another
         consumer of the subscription may have received a copy (a Shared subscription
         after a dropped connection, a Failover switch) and acked it under a txn that
-        committed. Such a message is acked again here, never handed out. One round
-        trip per message, on subscriptions with transactional claims only."""
-        p = Position(*k)
-        try:
-            kind, _ = self.side.store.claims_of(self.segment, self.subscription, [p]).of(p)
-        except BaseException:
-            self.unread(head)  # never dropped: handed out (and checked) next time
-            raise
+        committed. Such a message is acked again here, never handed out. Asked of the
+        store only if the claim table may have changed since it was last read (the
+        server says when it did: ClaimReads), and then for every held message at
+        once; on subscriptions with transactional claims only."""
+        if k in self._consumed:
+            kind = ClaimKind.COMMITTED
+            self._consumed.discard(k)
+        elif self._claim_reads.unchanged():
+            return False  # as read when it was received, or by a re-check since
+        else:
+            kind = self._recheck(head, k)
         if kind is ClaimKind.COMMITTED:
             self._native.acknowledge(head[0])
             self._handed.pop(k, None)
             self.reacked += 1
             return True
-        if kind is ClaimKind.HELD and not self.acks.claimed_by_own(p):
+        if kind is ClaimKind.HELD and not self.acks.claimed_by_own(Position(*k)):
             self._held_elsewhere.add(k)
         return False
+
+    def _recheck(self, head, k: Key) -> ClaimKind:
+        """Read the claims of ``head`` and of every held message again (one round
+        trip); the held ones' verdicts are kept for their turn."""
+        held = self.held_keys()
+        positions = [Position(*x) for x in (k, *held)]
+        try:
+            view = self._claim_reads.read(positions)
+        except BaseException:
+            self.unread(head)  # never dropped: handed out (and checked) next time
+            raise
+        if len(self._consumed) > 4 * DRAIN:  # of messages skipped, never handed out
+            self._consumed.clear()
+        for x, q in zip(held, positions[1:]):
+            kind, _ = view.of(q)
+            if kind is ClaimKind.COMMITTED:
+                self._consumed.add(x)
+            elif kind is ClaimKind.HELD and not self.acks.claimed_by_own(q):
+                self._held_elsewhere.add(x)
+        return view.of(positions[0])[0]
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         k = _key(message.native_id)
@@ -219,6 +247,37 @@ class Consumer(GatedStream):
                 raise
         if self.expected_copies:  # acked: a late copy of it is a duplicate again
             self.expected_copies.discard(k)
+
+    def acknowledge_async(self, message: TxnMessage, txn: Transaction | None = None) -> None:
+        """``acknowledge`` without a metastore round trip per ack under a transaction,
+        as the Java client's ``acknowledgeAsync(id, txn)``: the transaction's acks here
+        are claimed and recorded together, every ``pending_ack.ACK_BATCH`` acks and
+        at the latest by its commit. A conflict found then (another transaction holds
+        a message, or consumed it already) fails the transaction instead of the ack:
+        the commit raises ``AckConflict`` and aborts, and every message it acked is
+        delivered again. A second ack of one message in the transaction is refused at
+        once, as is an ack racing the commit (``TxnNotOpen``). Without ``txn``, the
+        same as ``acknowledge`` (pulsar-client's acks are asynchronous already)."""
+        if txn is None:
+            self.acknowledge(message)
+            return
+        txn.check_deployment()
+        txn.enlist(self.acks)
+        txn.flush_before_commit(_DeferredAcks(self.acks, txn))  # refused once committing
+        self._claims_seen = True
+        p = message.position
+        if self.acks.defer(txn.id, p, lambda: txn.state is TxnState.OPEN
+                           and not txn.committing):
+            self._flush_deferred(txn)
+        if self.expected_copies:
+            self.expected_copies.discard(_pkey(p))
+
+    def _flush_deferred(self, txn: Transaction) -> None:
+        try:
+            self.acks.flush_deferred(txn.id)
+        except BaseException as e:  # the batch's acks are missing: it cannot commit
+            txn.send_failed(e, "an ack")
+            raise
 
     def acknowledge_cumulative(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         upto = message.position
@@ -265,7 +324,12 @@ class Consumer(GatedStream):
 
     def _refuse_plain_ack_of_claimed(self, positions: list[Position]) -> None:
         """PENDING_ACK (DESIGN §3): a plain ack of a message a transaction holds, or
-        consumed under a committed one, conflicts like another transaction's would."""
+        consumed under a committed one, conflicts like another transaction's would
+        (one this consumer acked with ``acknowledge_async`` too, claimed or not yet)."""
+        deferred = self.acks.deferred_holders()
+        for p in positions:
+            if p in deferred and self._holder_alive(deferred[p]):
+                raise AckConflict(p, deferred[p], AckConflictReason.HELD)
         view = self.side.store.claims_of(self.segment, self.subscription, positions)
         for p in positions:
             kind, holder = view.of(p)
@@ -278,6 +342,7 @@ class Consumer(GatedStream):
     def _refuse_plain_cumulative_over_claims(self, upto: Position) -> None:
         claims = self.side.store.list_claims(self.segment, self.subscription)
         held = [(p, h) for p, h in claims.live.items() if covers(upto, p)]
+        held += [(p, h) for p, h in self.acks.deferred_holders().items() if covers(upto, p)]
         if claims.cumulative is not None:
             held.append((claims.cumulative.position, claims.cumulative.holder))
         for p, holder in sorted(held, key=lambda ph: ack_order(ph[0])):
@@ -367,6 +432,28 @@ class Consumer(GatedStream):
 
 
 Key = tuple[int, int, int]  # (ledger, entry, batch index): hashed and compared in C
+
+
+class _DeferredAcks:
+    """The commit's flush of one transaction's deferred acks on one subscription
+    (equal per (store, txn), so each registers once)."""
+
+    __slots__ = ("acks", "txn")
+
+    def __init__(self, acks: PendingAckStore, txn: Transaction) -> None:
+        self.acks, self.txn = acks, txn
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _DeferredAcks) and other.acks is self.acks
+                and other.txn is self.txn)
+
+    def __hash__(self) -> int:
+        return hash((id(self.acks), id(self.txn)))
+
+    def flush(self) -> None:
+        """The commit's flush seals the batch; a flush of the user's mid-transaction
+        (``Transaction.flush``) only claims what is there."""
+        self.acks.flush_deferred(self.txn.id, seal=self.txn.committing)
 
 
 def _key(mid) -> Key:

@@ -30,6 +30,7 @@ from pulsar_txn.errors import (
     AckConflictReason,
     MetastoreUnavailable,
     PulsarTxnError,
+    TxnNotOpen,
 )
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.metastore.claims import AckRecord, ack_order, check_subscription, covers
@@ -46,6 +47,8 @@ ApplyFn = Callable[[list[Position], bool], None]
 CursorFn = Callable[[], "Position | None"]
 
 TRIM_INTERVAL_S = 30.0
+# deferred acks (acknowledge_async) of one txn registered in one claim and one record
+ACK_BATCH = 1000
 
 
 class PendingAckStore:
@@ -66,6 +69,17 @@ class PendingAckStore:
         self._own: dict[Position, TxnId] = {}  # individually acked by a pending txn
         self._own_cumulative: dict[TxnId, Position] = {}
         self._refused: dict[TxnId, list[Position]] = {}
+        # acks taken by acknowledge_async and not yet claimed; a txn whose commit took
+        # them (flush_deferred(seal=True)) refuses more
+        self._deferred: dict[TxnId, dict[Position, None]] = {}
+        self._sealed: set[TxnId] = set()
+        self._flushing = threading.Lock()  # one deferred batch claimed at a time
+        self._flush_failed: dict[TxnId, BaseException] = {}
+        # txns that may hold claims here beyond their recorded acks (a claim or record
+        # whose answer was lost): their end settles by reading the whole claim table,
+        # every other txn's by naming its positions (the table holds every tombstone
+        # until trimmed: reading it whole at every end grows with the subscription)
+        self._unsure: set[TxnId] = set()
 
     # ---- Ack path ----
     def acknowledge(self, txn_id: TxnId, positions: Sequence[Position],
@@ -77,14 +91,20 @@ class PendingAckStore:
         ordered = sorted(positions, key=ack_order)
         if not cumulative:
             self._refuse_second_ack(txn_id, positions)
-        self._claim(txn_id, ordered, cumulative, list(given))
+        try:
+            self._claim(txn_id, ordered, cumulative, list(given))
+        except MetastoreUnavailable:  # the claim may exist: see below
+            self._not_sure(txn_id)
+            raise
         try:
             self.store.record_acks(txn_id, self.segment, self.subscription, ordered,
                                    cumulative)
         except MetastoreUnavailable:
-            # the script may have run (the answer lost with the connection): the record
-            # may exist, so the claims stay until the txn ends (the consumer marks it
-            # unable to commit; an aborted holder's claims are void to later claimers)
+            # the script may have run (the answer lost with the connection): the claims
+            # or the record may exist, so they stay until the txn ends (the consumer
+            # marks it unable to commit; an aborted holder's claims are void to later
+            # claimers), and its end reads the whole table for them
+            self._not_sure(txn_id)
             raise
         except PulsarTxnError:  # refused by the script: nothing recorded
             self.store.release_acks(txn_id, self.segment, self.subscription,
@@ -101,6 +121,57 @@ class PendingAckStore:
             else:
                 self._own.update(dict.fromkeys(positions, txn_id))
 
+    def _not_sure(self, txn_id: TxnId) -> None:
+        with self._lock:
+            self._unsure.add(txn_id)
+
+    # ---- Deferred acks (acknowledge_async) ----
+    def defer(self, txn_id: TxnId, p: Position, still_open: Callable[[], bool]) -> bool:
+        """Take an ack of ``p`` under ``txn_id`` without a round trip; it is claimed and
+        recorded by ``flush_deferred``, at the latest by the commit's flush. True: the
+        batch is full (flush it now). A second ack of ``p`` in the txn is refused as
+        ``acknowledge`` refuses it; so is any ack once the commit took the batch or the
+        txn ended (``still_open``, asked under the lock the commit's flush takes)."""
+        with self._lock:
+            if txn_id in self._sealed or not still_open():
+                raise TxnNotOpen(str(txn_id), "committing or ended")
+            batch = self._deferred.setdefault(txn_id, {})
+            if p in batch or self._own.get(p) == txn_id:
+                raise AckConflict(p, txn_id, AckConflictReason.AGAIN)
+            batch[p] = None
+            return len(batch) >= ACK_BATCH
+
+    def deferred_holders(self) -> dict[Position, TxnId]:
+        """Messages acked under a txn of this consumer and not claimed yet: a plain ack
+        of one conflicts as a claimed one's does."""
+        with self._lock:
+            return {p: t for t, batch in self._deferred.items() for p in batch}
+
+    def flush_deferred(self, txn_id: TxnId, seal: bool = False) -> None:
+        """Claim and record ``txn_id``'s deferred acks in one go (``seal``: the commit's
+        flush; nothing more is taken after it). If that raises, the txn must not commit
+        (the caller fails it) and every message of the batch goes round again when it
+        ends: a conflict is found before any claim is written (all or nothing).
+        One batch at a time: the commit's flush waits for a full batch another thread
+        is claiming, and raises what that one raised."""
+        with self._flushing:
+            with self._lock:
+                batch = self._deferred.pop(txn_id, None)
+                if seal:
+                    self._sealed.add(txn_id)
+                failed = self._flush_failed.get(txn_id)
+            positions = list(batch or ())
+            try:
+                if failed is not None:  # an earlier batch's acks are missing
+                    raise failed
+                if positions:
+                    self.acknowledge(txn_id, positions)
+            except BaseException as e:
+                with self._lock:
+                    self._refused.setdefault(txn_id, []).extend(positions)
+                    self._flush_failed.setdefault(txn_id, e)
+                raise
+
     def recorded(self, txn_id: TxnId) -> int:
         """Ack record calls under ``txn_id`` that succeeded here (the commit's check)."""
         with self._lock:
@@ -112,7 +183,8 @@ class PendingAckStore:
         one txn; committing would consume one input for two outputs. Refused like
         another txn's claim: the application aborts and the message goes round again."""
         with self._lock:
-            again = [p for p in positions if self._own.get(p) == txn_id]
+            deferred = self._deferred.get(txn_id, {})
+            again = [p for p in positions if self._own.get(p) == txn_id or p in deferred]
         if again:
             raise AckConflict(again[0], txn_id, AckConflictReason.AGAIN)
 
@@ -146,6 +218,16 @@ class PendingAckStore:
         it."""
         with self._lock:
             refused = self._refused.pop(txn_id, None)
+            deferred = self._deferred.pop(txn_id, None)
+            self._sealed.discard(txn_id)
+            self._flush_failed.pop(txn_id, None)
+        if deferred:
+            if state is TxnState.COMMITTED:  # cannot happen: the commit's flush took them
+                log.error("%s|%s: transaction %s committed without %d of its acks; their "
+                          "messages stay on the subscription", self.segment,
+                          self.subscription, txn_id, len(deferred))
+            else:  # never claimed: handed out again, as the txn's other acks are
+                refused = (refused or []) + list(deferred)
         if refused and self._redeliver:
             # acks of it this txn was refused (another txn held the message): whatever
             # this txn's end, the message goes round again and is checked again
@@ -159,19 +241,27 @@ class PendingAckStore:
                 for p in () if cum else ps:
                     if self._own.get(p) == txn_id:
                         del self._own[p]
+            unsure = txn_id in self._unsure
+            self._unsure.discard(txn_id)  # recovery reads the whole table anyway
         if local is None and state is TxnState.ABORTED:
             return
         # COMMITTED with nothing local: the event's call got there first and may still
         # be applying; applying again is idempotent and makes the committer's commit()
         # return only once the tombstones are written
         if state is TxnState.COMMITTED:
-            self._apply_committed(txn_id)
+            self._apply_committed(txn_id, whole_table=unsure)
         elif state is TxnState.ABORTED and local:
             # redelivery first: a copy of a message whose claim is void is handed out
             # and claimed anew, so a failure to release below loses nothing
             if self._redeliver:
                 self._redeliver(sorted({p for ps, _ in local for p in ps}))
-            self.store.release_acks(txn_id, self.segment, self.subscription)
+            if unsure:
+                self.store.release_acks(txn_id, self.segment, self.subscription)
+            else:  # its claims: the positions it acked (a cumulative ack: its one claim)
+                self.store.release_acks(
+                    txn_id, self.segment, self.subscription,
+                    sorted({p for ps, cum in local if not cum for p in ps}),
+                    cumulative=any(cum for _, cum in local))
 
     def refused(self, txn_id: TxnId, p: Position) -> None:
         """An ack of ``p`` under ``txn_id`` conflicted with another live txn's claim:
@@ -188,11 +278,13 @@ class PendingAckStore:
         """``txn_id``'s acks here (None: it recorded none)."""
         return self.store.list_acks(txn_id).get((self.segment, self.subscription))
 
-    def _apply_committed(self, txn_id: TxnId) -> bool:
+    def _apply_committed(self, txn_id: TxnId, whole_table: bool = True) -> bool:
         """Hand the committed acks to the broker, then write their tombstones and the
         mark. False: the broker refused them (a closed consumer, an ack the
         subscription cannot take); the tombstones still make every consumer ack the
-        messages when they are delivered, so nothing stays pending because of it."""
+        messages when they are delivered, so nothing stays pending because of it.
+        ``whole_table``: claims the txn never recorded may exist (recovery, a lost
+        answer): settle them too, by reading the whole claim table."""
         rec = self._record(txn_id)
         if rec is None:  # claimed, never recorded: the txn did not ack them
             self.store.release_acks(txn_id, self.segment, self.subscription)
@@ -213,19 +305,21 @@ class PendingAckStore:
         # ack record is marked, so a live claim whose header is gone is never a
         # committed one. A crash between the two leaves a tombstone of a header with
         # an unmarked record: ``recover`` finishes the mark.
-        self._settle(txn_id, rec)
+        self._settle(txn_id, rec, whole_table)
         if not rec.applied:
             self.store.mark_acks_applied(txn_id, self.segment, self.subscription)
         self._trim_if_due()
         return clean
 
-    def _settle(self, txn_id: TxnId, rec: AckRecord) -> None:
-        """Tombstone the recorded acks; release any claim the txn never recorded."""
+    def _settle(self, txn_id: TxnId, rec: AckRecord, whole_table: bool = True) -> None:
+        """Tombstone the recorded acks; release any claim the txn never recorded
+        (``whole_table``: there may be some)."""
         if not rec.empty:
             self.store.release_acks(txn_id, self.segment, self.subscription,
                                     rec.individual, committed=True,
                                     cumulative=rec.cumulative is not None)
-        self.store.release_acks(txn_id, self.segment, self.subscription)
+        if whole_table:
+            self.store.release_acks(txn_id, self.segment, self.subscription)
 
     # ---- Tombstone trimming ----
     def trim(self) -> int:
@@ -292,8 +386,10 @@ class PendingAckStore:
             self._trimming = False
 
     def pending_txns(self) -> list[TxnId]:
+        """Txns with acks here (recorded, or deferred: an end missed by a watch outage
+        hands those out again too)."""
         with self._lock:
-            return list(self._pending)
+            return list(self._pending) + [t for t in self._deferred if t not in self._pending]
 
     # ---- Recovery ----
     def recover(self) -> dict[str, int]:

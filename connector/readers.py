@@ -200,6 +200,12 @@ class GatedStream:
         first next time, never lost."""
         self._buf.appendleft(head)
 
+    def held_keys(self) -> list[tuple[int, int, int]]:
+        """(ledger, entry, batch index) of every message held, in order (at most one
+        pull's worth: a pull happens when nothing is held)."""
+        return [(mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                for _, mid, _, _ in self._buf]
+
     def received_entry(self) -> Position:
         """The last entry this stream holds or held (entries at or below it are known)."""
         r = self._received

@@ -495,6 +495,19 @@ def test_an_append_in_the_old_form_after_a_successful_switch_is_flagged():
     assert "b was appended" in only(h, "stale-wire-form").message
 
 
+def test_an_append_in_the_old_form_of_a_transaction_that_never_commits_passes():
+    """Never delivered, so no reader of either build reads it: a writer whose
+    transaction timed out (or was lost) unbeknown to it may still append. Flagged as
+    soon as that transaction's commit may have taken effect."""
+    h = H()
+    h.ok(h.invoke("operator", "wire-format", form="three"))
+    sent_in(h, "b", "one", P(1))
+    h.read("r", [], complete=True)
+    assert kinds(h) == [], explain(check(h))
+    h.unknown(h.invoke("p1", "commit", txn="T1", winners=None), "died before the answer")
+    assert "stale-wire-form" in kinds(h), explain(check(h))
+
+
 def test_an_append_in_the_old_form_after_a_failed_switch_or_a_restore_passes():
     """A switch that failed (runs of the other form left) promised nothing; a restore
     of the metastore may bring the old form back."""

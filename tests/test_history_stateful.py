@@ -419,24 +419,25 @@ class HistoryMachine(RuleBasedStateMachine):
     def receive(self) -> None:
         self.consumer().receive()
 
-    @rule(i=PICK, in_txn=st.booleans(), again=st.booleans())
-    def ack(self, i: int, in_txn: bool, again: bool) -> None:
-        """Ack a held message, plainly or under a transaction; ``again``: the application
-        then acks it plainly too, which the consumer must refuse while the transaction
-        holds it (DESIGN §3, PENDING_ACK)."""
+    @rule(i=PICK, in_txn=st.booleans(), again=st.booleans(), deferred=st.booleans())
+    def ack(self, i: int, in_txn: bool, again: bool, deferred: bool = False) -> None:
+        """Ack a held message, plainly or under a transaction (``deferred``: claimed at
+        the commit, acknowledge_async); ``again``: the application then acks it plainly
+        too, which the consumer must refuse while the transaction holds it (DESIGN §3,
+        PENDING_ACK)."""
         p = self.held()
         if p is None:
             return
-        p.ack(self.txn_of(p, i) if in_txn else None, i)
+        p.ack(self.txn_of(p, i) if in_txn else None, i, deferred=deferred)
         if in_txn and again and self.faults.plain_acks_of_held and p.txn_acked:
             p.ack(None, -1, again=True)
 
-    @rule(i=PICK)
-    def transform(self, i: int) -> None:
+    @rule(i=PICK, deferred=st.booleans())
+    def transform(self, i: int, deferred: bool = False) -> None:
         """Consume-transform-produce: ack the input and send its output in one txn."""
         p = self.held()
         if p is not None:
-            p.transform(OUT, self.txn_of(p, i), i)
+            p.transform(OUT, self.txn_of(p, i), i, deferred)
 
     @rule()
     def ack_group_timer(self) -> None:
@@ -607,11 +608,11 @@ class SharedHistoryMachine(HistoryMachine):
     def receive(self) -> None:
         super().receive()
 
-    def ack(self, i: int, in_txn: bool, again: bool) -> None:
-        super().ack(i, in_txn, again)
+    def ack(self, i: int, in_txn: bool, again: bool, deferred: bool = False) -> None:
+        super().ack(i, in_txn, again, deferred)
 
-    def transform(self, i: int) -> None:
-        super().transform(i)
+    def transform(self, i: int, deferred: bool = False) -> None:
+        super().transform(i, deferred)
 
     # the consumer rules name the process
     @rule(base=st.sampled_from(["p0", "p1"]))
@@ -620,15 +621,16 @@ class SharedHistoryMachine(HistoryMachine):
         super().receive()
 
     @rule(base=st.sampled_from(["p0", "p1"]), i=PICK, in_txn=st.booleans(),
-          again=st.booleans())
-    def ack_on(self, base: str, i: int, in_txn: bool, again: bool) -> None:
+          again=st.booleans(), deferred=st.booleans())
+    def ack_on(self, base: str, i: int, in_txn: bool, again: bool,
+               deferred: bool = False) -> None:
         self.active = base
-        super().ack(i, in_txn, again)
+        super().ack(i, in_txn, again, deferred)
 
-    @rule(base=st.sampled_from(["p0", "p1"]), i=PICK)
-    def transform_on(self, base: str, i: int) -> None:
+    @rule(base=st.sampled_from(["p0", "p1"]), i=PICK, deferred=st.booleans())
+    def transform_on(self, base: str, i: int, deferred: bool = False) -> None:
         self.active = base
-        super().transform(i)
+        super().transform(i, deferred)
 
     @rule(base=st.sampled_from(["p0", "p1"]), i=PICK, in_txn=st.booleans())
     def ack_cumulative_on(self, base: str, i: int, in_txn: bool) -> None:
@@ -876,3 +878,43 @@ def test_found_a_running_client_acting_across_a_metastore_reset():
     readers and consumers pass over the new deployment's committed entries. Each
     refuses now, naming metastore.url (DeploymentChanged)."""
     replay(HistoryMachine, ("feed_input", {}), ("receive", {}), ("reset_metastore", {}))
+
+
+def test_found_a_plain_ack_of_a_message_acked_asynchronously_accepted():
+    """Found by the machine when ``acknowledge_async`` joined its steps: a message acked
+    under a txn asynchronously (not claimed until the commit), then acked plainly, was
+    acked on the cursor and then consumed again by the commit (double-ack). A plain ack
+    of a message this consumer acked asynchronously conflicts as a claimed one's does."""
+    replay(HistoryMachine, ("feed_input", {}),
+           ("ack", {"again": True, "deferred": True, "i": 0, "in_txn": True}),
+           ("commit", {"base": "p0", "i": 0}))
+
+
+def test_found_an_async_ack_conflict_failing_the_commit():
+    """A txn acks (asynchronously) a message another process's txn still holds: the
+    conflict is found at the commit, which raises it and aborts (the history records a
+    refused commit, and the message goes round again)."""
+    for machine in (HistoryMachine, SharedHistoryMachine):
+        replay(machine, ("feed_input", {}), ("transform", {"deferred": False, "i": 0}),
+               ("die_while_committing", {"base": "p0", "i": 0, "landed": False}),
+               ("transform", {"deferred": True, "i": 0}), ("commit", {"base": "p0", "i": 0}))
+
+
+def test_found_a_timed_out_transactions_late_append_is_no_stale_wire_form():
+    """Found when the machine's search changed: a writer that had not learned yet that
+    its transaction timed out appended in the old property form after a switch. The
+    entry is never delivered (its transaction is aborted), so no reader of either build
+    has to read it: the checker's rule is about appends of transactions that may commit."""
+    replay(HistoryMachine, ("feed_input", {}), ("switch_wire_format", {"form": "three"}),
+           ("transform", {"deferred": False, "i": 0}),
+           ("sweep", {"advance": TIMEOUT_MS + 1, "gc": False}),
+           ("switch_wire_format", {"form": "one"}), ("transform", {"deferred": False, "i": 0}))
+
+
+def test_found_a_late_append_of_a_transaction_a_host_crash_lost_is_no_stale_wire_form():
+    """As above, with the transaction lost by a host crash of the metastore (waitaof):
+    it can never commit, so its late append in the old form is never delivered."""
+    replay(WaitaofHistoryMachine, ("feed_input", {}),
+           ("switch_wire_format", {"form": "three"}), ("transform", {"deferred": False, "i": 0}),
+           ("host_crash", {}), ("switch_wire_format", {"form": "one"}),
+           ("transform", {"deferred": False, "i": 0}))

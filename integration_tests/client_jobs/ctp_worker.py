@@ -1,7 +1,8 @@
 """A client-API consume-transform-produce worker (the chaos test's process).
 
 Receives up to ``--batch`` messages of the input, sends one output message per input
-and acknowledges each input under the same transaction, commits, and again. With
+and acknowledges each input under the same transaction (every other transaction with
+``acknowledge_async``), commits, and again. With
 ``--kill-after N`` it SIGKILLs itself right after its N-th commit returns: inside
 pulsar-client's ack-grouping window, before any committed ack reached the broker.
 Any other failure (a broker or Redis restart under it) ends it with exit code 3 after
@@ -46,10 +47,12 @@ def main() -> int:
             if not msgs:
                 break
             txn = client.new_transaction(timeout_ms=8_000)
+            # every other transaction acks asynchronously (claimed at its commit)
+            ack = consumer.acknowledge_async if commits % 2 else consumer.acknowledge
             try:
                 for m in msgs:
                     producer.send(b"out-" + m.value, key=m.key, txn=txn)
-                    consumer.acknowledge(m, txn=txn)
+                    ack(m, txn=txn)
                 txn.commit()
             except (PulsarTxnError, pulsar.PulsarException) as e:
                 print(f"FAILED {type(e).__name__}: {e}", flush=True)

@@ -512,12 +512,19 @@ class _Checker:
     def wire_forms(self) -> None:
         """After a ``wire-format`` switch reported success, until the next switch (or a
         restore of the metastore, which may bring the old form back), every
-        transactional append uses the form it switched to."""
+        transactional append of a transaction that may commit uses the form it switched
+        to. One of a transaction that never commits is never delivered, so no reader of
+        either build has to read it (a writer that has not learned yet that its
+        transaction timed out, or was lost with the metastore's host, may append)."""
         marks = [op for op in self.ops if op.f == "wire-format"
                  or (op.f == "fault" and "lost_after" in op.args)]
+        may_commit = {c.args["txn"] for c in self.ops
+                      if c.f == "commit" and c.outcome in (OK, UNKNOWN)}
+        may_commit |= {t for t, ev in self.evidence.items()
+                       if any(e.fate == COMMITTED for e in ev)}
         for send in self.ops:
             form = send.result.get("form") if send.f == "send" and send.outcome == OK else None
-            if form is None:
+            if form is None or send.args.get("txn") not in may_commit:
                 continue
             before = [m for m in marks if m.invoked < send.invoked]
             last = before[-1] if before else None

@@ -160,7 +160,7 @@ class Process:
         op = self.h.invoke(self.name, "commit", txn=label, winners=None)
         try:
             txn.commit()
-        except REFUSED as e:
+        except (*REFUSED, AckConflict) as e:  # a deferred ack's conflict: aborted
             self.h.fail(op, f"{type(e).__name__}: {e}")
             return
         except self.uncertain as e:
@@ -178,7 +178,7 @@ class Process:
                 txn.flush()
                 self.client.coordinator.end_transaction(TxnId.parse(label), TxnState.COMMITTED,
                                                         sorted(txn.writers), txn.segments)
-            except (*REFUSED, *self.uncertain):  # it dies anyway: the answer is lost
+            except (*REFUSED, AckConflict, *self.uncertain):  # it dies anyway
                 pass
         self.h.unknown(op, "the committer died before the answer")
 
@@ -257,12 +257,14 @@ class Process:
         self.held.append(m)
         return True
 
-    def ack(self, txn: str | None, i: int = 0, again: bool = False) -> bool:
-        """Ack a held message (``again``: one already acked under a transaction);
-        whether the ack was accepted."""
+    def ack(self, txn: str | None, i: int = 0, again: bool = False,
+            deferred: bool = False) -> bool:
+        """Ack a held message (``again``: one already acked under a transaction;
+        ``deferred``: with ``acknowledge_async``, claimed at the commit); whether the
+        ack was accepted."""
         pool = self.txn_acked if again else self.held
         m = pool.pop(i % len(pool))
-        return self._acked(m, txn, False)
+        return self._acked(m, txn, False, deferred)
 
     def ack_cumulative(self, txn: str | None, i: int = 0) -> bool:
         """A cumulative ack up to a held message; whether it was accepted."""
@@ -272,14 +274,17 @@ class Process:
         self.held.remove(m)
         return True
 
-    def _acked(self, m, txn: str | None, cumulative: bool) -> bool:
+    def _acked(self, m, txn: str | None, cumulative: bool, deferred: bool = False) -> bool:
         """One ack of ``m``, recorded: accepted, refused (a conflict, a cumulative ack
         on Shared, a txn that is not open) or unknown."""
         c = self.consumer
         extra = {"cumulative": True} if cumulative else {}
+        if deferred and txn and not cumulative:
+            extra["deferred"] = True
         op = self.h.invoke(self.name, "ack", topic=c.segment, sub=c.subscription,
                            value=m.value.decode(), txn=txn, session=self.session, **extra)
-        ack = c.acknowledge_cumulative if cumulative else c.acknowledge
+        ack = (c.acknowledge_cumulative if cumulative
+               else c.acknowledge_async if extra.get("deferred") else c.acknowledge)
         try:
             ack(m, txn=self.txns[txn] if txn else None)
         except (AckNotAllowed, AckConflict, *REFUSED) as e:
@@ -293,13 +298,14 @@ class Process:
             self.txn_acked.append(m)
         return True
 
-    def transform(self, topic: str, txn: str, i: int = 0) -> None:
+    def transform(self, topic: str, txn: str, i: int = 0, deferred: bool = False) -> None:
         """Consume-transform-produce, as a correct application does it: send the held
         message's transform and ack it under ``txn``; if the ack is refused (another
-        transaction holds the message), abort: the output must not commit alone."""
+        transaction holds the message), abort: the output must not commit alone (a
+        deferred ack's conflict fails the commit instead)."""
         value = self.held[i % len(self.held)].value.decode()
         self.send(topic, txn, row=f"ctp/{value}")
-        if not self.ack(txn, i) and txn in self.txns:
+        if not self.ack(txn, i, deferred=deferred) and txn in self.txns:
             self.abort(txn)
 
     # ---- a Spark micro-batch: one owned transaction, a writer per task attempt ----

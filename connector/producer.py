@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -136,10 +137,11 @@ def _per_entry_ok(kwargs: dict) -> bool:
 class _Chunk:
     """A transaction's sends not handed to the per-entry producer yet, as columns."""
 
-    __slots__ = ("txn", "values", "keys", "props", "times")
+    __slots__ = ("txn", "values", "keys", "props", "times", "opened")
 
     def __init__(self, txn: Transaction) -> None:
         self.txn = txn
+        self.opened = 0.0  # when its first value not handed over yet came (monotonic)
         self.values: list = []
         self.keys: list = []
         self.props: list = []
@@ -162,6 +164,10 @@ class _EntrySends:
 
     def __init__(self, client: pulsar.Client, owner: Producer, kwargs: dict) -> None:
         self._client, self._owner = client, owner
+        # the user's publish delay, kept by this path's own clock: a chunk older than it
+        # at a send is handed over and its batch cut (sent), as pulsar-client would
+        delay_ms = {**_DEFAULTS, **kwargs}.get("batching_max_publish_delay_ms", 10)
+        self.delay_s = max(0.0, float(delay_ms) / 1000)
         kw = {**_DEFAULTS, **kwargs, **_PER_ENTRY_KW}
         self.max_n = int(kw["batching_max_messages"])
         self.max_b = int(kw["batching_max_allowed_size_in_bytes"])
@@ -206,13 +212,29 @@ class _EntrySends:
             elif txn.committing or txn.state is not TxnState.OPEN:
                 raise TxnNotOpen(str(txn.id), "committing" if txn.committing
                                  else txn.state.value)
+            now = time.monotonic()
+            if not chunk.values:
+                chunk.opened = now
             chunk.values.append(value)
             chunk.keys.append(key)
             chunk.props.append(props)
             chunk.times.append(event_time_ms)
             if len(chunk.values) >= self.max_n:
                 self._hand_over(chunk)
+            elif now - chunk.opened >= self.delay_s:
+                self._hand_over(chunk)
+                self._cut()
             return True
+
+    def _cut(self) -> None:
+        """Send the open batch now (the lock held): it ends with a hand-over's last
+        message, which has a callback, so its run foresees the cut."""
+        run = self._owner_run
+        if self._dirty and self._native is not None:
+            self._native.cut()
+            if run is not None and run.per_entry is not None:
+                run.per_entry.cut()
+        self._owner_run, self._dirty = None, False
 
     def _hand_over(self, chunk: _Chunk) -> None:
         """Called with the lock held: the chunk's sends go to the per-entry producer.

@@ -330,3 +330,29 @@ def test_a_commit_on_another_thread_never_cuts_a_hand_over_half_way(store, coord
     b.commit()
     assert committed == [TxnState.COMMITTED] and b.state is TxnState.COMMITTED
     assert sorted(client.log) == _values(200)
+
+
+def test_a_chunk_older_than_the_publish_delay_is_sent_before_the_commit(store, coord):
+    """pulsar-client sends a batch once it is ``batching_max_publish_delay_ms`` old; the
+    per-entry path keeps that promise with its own clock (its producer's trigger is an
+    hour away): a chunk that old at a send is handed over and its batch cut, so a
+    transaction's sends reach the broker while it runs, not all at its commit. Each cut
+    ends with a hand-over's last message, which has a callback: every message is still
+    proven stored, and a missing one still fails the commit. (Delay 0: every send.)"""
+    client = _Client()
+    p = _producer(client, batching_max_publish_delay_ms=0)
+    txn = _txn(store, coord)
+    values = _values(30)
+    for v in values:
+        p.send_async(v, txn=txn)
+    assert client.log == values  # stored before the commit
+    txn.commit()
+    assert txn.state is TxnState.COMMITTED and client.log == values
+    faulty = _Client(answer={7: "dup"})
+    p = _producer(faulty, batching_max_publish_delay_ms=0)
+    txn = _txn(store, coord)
+    for v in _values(30):
+        p.send_async(v, txn=txn)
+    with pytest.raises(AppendFailed):
+        txn.commit()
+    assert txn.state is TxnState.ABORTED

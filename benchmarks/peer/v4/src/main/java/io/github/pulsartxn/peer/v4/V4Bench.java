@@ -17,6 +17,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.pulsar.client.admin.PulsarAdmin;
+import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.MessageRouter;
@@ -26,6 +27,8 @@ import org.apache.pulsar.client.api.ProducerBuilder;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Reader;
 import org.apache.pulsar.client.api.Schema;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionType;
 import org.apache.pulsar.client.api.TopicMetadata;
 import org.apache.pulsar.client.api.transaction.Transaction;
 
@@ -104,6 +107,9 @@ public final class V4Bench {
         }
         if (args.wants("plain")) {
             out.measure("delivery_limit", () -> deliveryLimit(n));
+        }
+        if (args.wants("ctp")) {
+            out.measure("consume_transform_produce", () -> consumeTransformProduce(n));
         }
         if (args.wants("sealed")) {
             out.measure("commit_after_terminate", () -> afterTerminate(
@@ -307,6 +313,92 @@ public final class V4Bench {
         m.put("messages", n);
         m.put("producer_msgs_per_s", Math.round(n / prod));
         m.put("reader_msgs_per_s", Math.round(n / rd));
+        return m;
+    }
+
+    /**
+     * Consume-transform-produce: per input message, receive it, send one output message
+     * and {@code acknowledgeAsync(id, txn)} the input under the transaction, committing
+     * every N messages; then both topics are checked: each input once in the output
+     * (read by a reader of the transaction-enabled client), none left on the input.
+     */
+    private Map<String, Object> consumeTransformProduce(int n) throws Exception {
+        Map<String, Object> res = new LinkedHashMap<>();
+        res.put("unit", "one non-partitioned input topic (subscription, Exclusive), one "
+                + "output topic; per input: receive, send one output message and "
+                + "acknowledgeAsync(id, txn) the input under the transaction");
+        ctpOnce(Math.min(n, 5_000), 100);  // warm-up
+        for (int[] plan : Stats.ctpPlan(args.str("ctp-plan"))) {
+            res.put(Integer.toString(plan[0]), ctpOnce(plan[1], plan[0]));
+        }
+        return res;
+    }
+
+    private Consumer<byte[]> ctpConsumer(String topic) throws Exception {
+        return client.newConsumer(Schema.BYTES).topic(topic).subscriptionName("ctp")
+                .subscriptionType(SubscriptionType.Exclusive)
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe();
+    }
+
+    private Map<String, Object> ctpOnce(int n, int perTxn) throws Exception {
+        String src = fresh("v4-ctp-in");
+        String dst = fresh("v4-ctp-out");
+        try (Producer<byte[]> fill = batched(plainClient, src).create()) {
+            for (int i = 0; i < n; i++) {
+                fill.newMessage().key(Integer.toString(i)).value(Stats.ctpValue("in", i))
+                        .sendAsync();
+            }
+            fill.flush();
+        }
+        List<Double> lat = new ArrayList<>();
+        long t0;
+        try (Consumer<byte[]> c = ctpConsumer(src);
+             Producer<byte[]> out = batched(client, dst).create()) {
+            t0 = System.nanoTime();
+            Transaction txn = null;
+            for (int i = 0; i < n; i++) {
+                if (txn == null) {
+                    txn = newTxn();
+                }
+                Message<byte[]> m = c.receive(10, TimeUnit.SECONDS);
+                if (m == null) {
+                    throw new TimeoutException("received " + i + " of " + n + " inputs");
+                }
+                out.newMessage(txn).key(m.getKey()).value(Stats.ctpTransform(m.getData()))
+                        .sendAsync();
+                c.acknowledgeAsync(m.getMessageId(), txn);
+                if ((i + 1) % perTxn == 0 || i + 1 == n) {
+                    long c0 = System.nanoTime();
+                    txn.commit().get(60, TimeUnit.SECONDS);  // waits for its sends and acks
+                    lat.add(Stats.msSince(c0));
+                    txn = null;
+                }
+            }
+        }
+        double secs = Stats.msSince(t0) / 1000;
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("messages", n);
+        m.put("messages_per_txn", perTxn);
+        m.put("msgs_per_s", Math.round(n / secs));
+        m.putAll(Stats.commits(lat));
+        Map<Integer, Integer> seen = new java.util.HashMap<>();
+        try (Reader<byte[]> r = client.newReader(Schema.BYTES).topic(dst)
+                .startMessageId(MessageId.earliest).create()) {
+            while (true) {
+                Message<byte[]> o = r.readNext(seen.size() >= n ? 2 : 10, TimeUnit.SECONDS);
+                if (o == null) {
+                    break;
+                }
+                seen.merge(Stats.ctpIndex(o.getData()), 1, Integer::sum);
+            }
+        }
+        int again = 0;
+        try (Consumer<byte[]> c = ctpConsumer(src)) {
+            while (c.receive(2, TimeUnit.SECONDS) != null) {
+                again++;
+            }
+        }
+        m.putAll(Stats.ctpVerdict(n, seen, again));
         return m;
     }
 

@@ -21,7 +21,7 @@ from pulsar_txn.errors import (
     AckNotAllowed,
     MetastoreUnavailable,
 )
-from pulsar_txn.message import TxnMessage
+from pulsar_txn.message import TxnMessage, typed_schema
 from pulsar_txn.metastore.claims import ClaimKind, ack_order, covers
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.readers import DRAIN, GatedStream, ReadSide
@@ -54,6 +54,7 @@ class Consumer(GatedStream):
         kwargs.setdefault("negative_ack_redelivery_delay_ms", 200)
         self._c = side.pulsar.subscribe(self.segment, subscription, consumer_type=consumer_type,
                                           initial_position=initial_position, **kwargs)
+        self.schema = typed_schema(self._c)
         self._native = self._c._consumer  # native messages: no wrapper object per message
         self.subscription = subscription
         self._type = consumer_type

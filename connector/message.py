@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from pulsar.schema import BytesSchema
+
 from pulsar_txn.records import PROTOCOL_PREFIX, Position
 
 
@@ -20,6 +22,38 @@ class Value(bytes):
 
     def __call__(self) -> bytes:
         return self
+
+
+class Decoded:
+    """The value a schema decoded (``schema=`` on the reader or consumer): call it, as
+    pulsar-client's ``Message.value()``; it compares equal to the decoded value. Decoded
+    on the first call, once: a bytes reader pays nothing for schemas."""
+
+    __slots__ = ("_schema", "_raw", "_value", "_done")
+
+    def __init__(self, schema, raw) -> None:
+        self._schema = schema
+        self._raw = raw
+        self._done = False
+
+    def __call__(self):
+        if not self._done:
+            raw = self._raw
+            # a message that names no schema version (its broker keeps no registry, as
+            # pulsar-lite) is decoded with the reader's own schema: pulsar-client's
+            # Avro decoder would first ask the broker for version -1 and time out
+            self._value = (self._schema.decode(raw.data()) if raw.int_schema_version() < 0
+                           else self._schema.decode_message(raw))
+            self._done = True
+        return self._value
+
+    def __eq__(self, other) -> bool:
+        return self() == (other() if isinstance(other, Decoded) else other)
+
+    __hash__ = None  # a decoded record need not be hashable
+
+    def __repr__(self) -> str:
+        return f"Decoded({self()!r})"
 
 
 class Properties(dict):
@@ -83,17 +117,22 @@ class MessageIdRef:
 class TxnMessage:
     """A message as a READ_COMMITTED reader returns it (fields read lazily from the broker's)."""
 
-    __slots__ = ("_raw", "topic", "_mid", "txn_id")
+    __slots__ = ("_raw", "topic", "_mid", "txn_id", "_schema")
 
-    def __init__(self, raw, topic: str, mid, txn_id: str | None) -> None:
+    def __init__(self, raw, topic: str, mid, txn_id: str | None, schema=None) -> None:
         self._raw = raw
         self.topic = topic
         self._mid = mid
         self.txn_id = txn_id
+        self._schema = schema  # pulsar-client's schema object; None: bytes
 
     @property
-    def value(self) -> Value:
-        return Value(self._raw.data())
+    def value(self) -> Value | Decoded:
+        """The payload (``bytes``); with a reader's or consumer's ``schema=``, the value
+        it decodes, returned by ``value()`` as in pulsar-client."""
+        if self._schema is None:
+            return Value(self._raw.data())
+        return Decoded(self._schema, self._raw)
 
     def data(self) -> bytes:
         return self._raw.data()
@@ -149,3 +188,10 @@ class TxnMessage:
 
     def __repr__(self) -> str:
         return f"TxnMessage({self.topic}, {self.position}, txn={self.txn_id})"
+
+
+def typed_schema(native):
+    """The schema object of a pulsar-client reader or consumer, or None for bytes (the
+    default ``BytesSchema``): a bytes reader keeps handing out ``Value``."""
+    schema = getattr(native, "_schema", None)
+    return None if schema is None or isinstance(schema, BytesSchema) else schema

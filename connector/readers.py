@@ -29,7 +29,7 @@ from pulsar_txn.errors import (
     PulsarTxnError,
     ReadTimeout,
 )
-from pulsar_txn.message import TxnMessage
+from pulsar_txn.message import TxnMessage, typed_schema
 from pulsar_txn.metastore.base import MetadataStore
 from pulsar_txn.pending_ack import PendingAckStore
 from pulsar_txn.records import (
@@ -131,6 +131,7 @@ class GatedStream:
         self.skipped = 0
         self.skipped_foreign = 0  # other deployments' entries passed (skip_foreign)
         self._foreign: set[str] = set()  # their txn texts, as entry_txn gives them
+        self.schema = None  # pulsar-client's schema object of a typed reader (wrap decodes)
 
     def _set_gate(self, entry: Position) -> None:
         self._gate = entry
@@ -350,7 +351,7 @@ class GatedStream:
                 self._remember(pair, verdict)
 
     def wrap(self, head) -> TxnMessage:
-        return TxnMessage(head[0], self.segment, head[1], head[2])
+        return TxnMessage(head[0], self.segment, head[1], head[2], self.schema)
 
 
 def _left(deadline: float | None, default: float) -> float:
@@ -375,6 +376,7 @@ class Reader(GatedStream):
             raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
         kwargs.setdefault("receiver_queue_size", 2000)
         self._r = side.pulsar.create_reader(self.segment, mid, **kwargs)
+        self.schema = typed_schema(self._r)
         self._native = self._r._reader  # skips a Python wrapper object per message
 
     def _pull(self, timeout_ms: int) -> None:

@@ -1,0 +1,299 @@
+"""Pulsar schemas as columns: a topic's registered schema mapped to an Arrow type (and so
+to Spark's), payloads decoded with the version they were written with and resolved
+into the one a query planned, and columns encoded the way Pulsar's Java and Python
+producers encode them, so a typed consumer downstream reads what the sink wrote.
+
+The registry is read over the binary protocol (pulsar-client's schema lookup), which
+every Apache Pulsar broker answers; pulsar-lite keeps no registry and never answers,
+so a lookup is bounded and its silence is reported as such (``RegistrySilent``).
+The codec is schema_codec.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from enum import IntEnum
+
+import _pulsar
+import fastavro
+import pyarrow as pa
+
+from pulsar_txn.errors import ConfigError
+
+
+class Kind(IntEnum):
+    """Pulsar's schema types (the protocol's numbers)."""
+
+    NONE = 0
+    STRING = 1
+    JSON = 2
+    PROTOBUF = 3
+    AVRO = 4
+    BOOLEAN = 5
+    INT8 = 6
+    INT16 = 7
+    INT32 = 8
+    INT64 = 9
+    FLOAT = 10
+    DOUBLE = 11
+    DATE = 12
+    TIME = 13
+    TIMESTAMP = 14
+    KEY_VALUE = 15
+    INSTANT = 16
+    LOCAL_DATE = 17
+    LOCAL_TIME = 18
+    LOCAL_DATE_TIME = 19
+    PROTOBUF_NATIVE = 20
+    BYTES = -1
+
+
+class SchemaError(ConfigError):
+    """A schema or payload this query cannot represent: named, never decoded wrongly."""
+
+
+class RegistrySilent(SchemaError):
+    """The broker did not answer a schema lookup in time (pulsar-lite keeps no registry)."""
+
+
+# Fixed-width primitives as Java's Schema.INT32 & co. write them: big-endian.
+FIXED_WIDTH: dict[Kind, tuple[str, pa.DataType]] = {
+    Kind.BOOLEAN: ("u1", pa.bool_()),
+    Kind.INT8: (">i1", pa.int8()),
+    Kind.INT16: (">i2", pa.int16()),
+    Kind.INT32: (">i4", pa.int32()),
+    Kind.INT64: (">i8", pa.int64()),
+    Kind.FLOAT: (">f4", pa.float32()),
+    Kind.DOUBLE: (">f8", pa.float64()),
+    Kind.DATE: (">i8", pa.date32()),  # java.util.Date: epoch ms; a Spark date
+    Kind.TIMESTAMP: (">i8", pa.timestamp("us", tz="UTC")),  # java.sql.Timestamp: epoch ms
+    Kind.LOCAL_DATE: (">i8", pa.date32()),  # epoch day
+}
+MS_PER_DAY = 86_400_000
+RECORD_KINDS = (Kind.AVRO, Kind.JSON)
+
+
+@dataclass(frozen=True)
+class TopicSchema:
+    """One version of a topic's schema: its type and, for Avro and JSON, the Avro
+    definition (JSON text) the registry holds."""
+
+    kind: Kind
+    definition: str = ""
+
+    @property
+    def is_bytes(self) -> bool:
+        return self.kind in (Kind.BYTES, Kind.NONE)
+
+    @property
+    def is_record(self) -> bool:
+        return self.kind in RECORD_KINDS
+
+    def parsed(self):
+        """The Avro schema, parsed by fastavro (records only)."""
+        return _parse(self.definition)
+
+    def arrow_type(self, topic: str = "") -> pa.DataType:
+        """The column type of this schema's values."""
+        if self.is_bytes:
+            return pa.binary()
+        if self.kind is Kind.STRING:
+            return pa.string()
+        if self.kind in FIXED_WIDTH:
+            return FIXED_WIDTH[self.kind][1]
+        if self.is_record:
+            return avro_toavro_field_type(json.loads(self.definition), topic or "value")
+        raise SchemaError(f"topic {topic!r} has a {self.kind.name} schema, which the "
+                          "pulsar-txn source cannot map to columns yet; read it with "
+                          "valueSchema=bytes and decode the value yourself")
+
+    def info(self, name: str = "pulsar-txn") -> _pulsar.SchemaInfo:
+        """The SchemaInfo a producer registers with (pulsar-client's)."""
+        return _pulsar.SchemaInfo(_pulsar.SchemaType(int(self.kind)), name,
+                                  self.definition)
+
+    def describe(self) -> str:
+        return self.kind.name if not self.is_record else f"{self.kind.name} {self.definition}"
+
+
+BYTES = TopicSchema(Kind.BYTES)
+
+_PARSED: dict[str, object] = {}
+
+
+def _parse(definition: str):
+    got = _PARSED.get(definition)
+    if got is None:
+        if len(_PARSED) > 256:
+            _PARSED.clear()
+        got = _PARSED[definition] = fastavro.parse_schema(json.loads(definition))
+    return got
+
+
+# ---- the registry ----
+
+def lookup(native_client: _pulsar.Client, topic: str, version: int = -1,
+           timeout_s: float = 5.0) -> TopicSchema:
+    """A topic's schema (``version`` -1: the latest) from the broker's registry; BYTES
+    when the topic has none (the broker answers TopicNotFound then). A broker that does
+    not answer in ``timeout_s`` raises RegistrySilent (the lookup itself ends with the
+    client's operation timeout, in the background)."""
+    out: list = []
+
+    def ask() -> None:
+        try:
+            out.append(native_client.get_schema_info(topic, version))
+        except Exception as e:  # noqa: BLE001 - handed to the caller's thread
+            out.append(e)
+
+    t = threading.Thread(target=ask, name="ptxn-schema-lookup", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if not out:
+        raise RegistrySilent(f"topic {topic!r}: the broker did not answer a schema lookup in "
+                             f"{timeout_s:g} s (pulsar-lite keeps no schema registry)")
+    got = out[0]
+    if isinstance(got, _pulsar.TopicNotFound):
+        if version >= 0:
+            raise SchemaError(f"topic {topic!r}: the registry has no schema version {version}")
+        return BYTES
+    if isinstance(got, Exception):
+        raise SchemaError(f"topic {topic!r}: the schema lookup failed: {got}") from got
+    kind = int(got.schema_type())
+    try:
+        kind = Kind(kind)
+    except ValueError:
+        raise SchemaError(f"topic {topic!r}: schema type {kind} is unknown to this "
+                          "version") from None
+    text = got.schema() if kind in RECORD_KINDS else ""
+    return TopicSchema(kind, text)
+
+
+# ---- Avro -> Arrow ----
+
+def avro_toavro_field_type(avro, where: str) -> pa.DataType:
+    """The Arrow type of an Avro type (pulsar-spark's mapping: a record is a struct, a
+    union with null a nullable field, an enum a string, a map's keys strings)."""
+    t, _ = avro_field_type(avro, where)
+    return t
+
+
+def avro_field_type(avro, where: str, named: dict | None = None
+                    ) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) of an Avro field's type."""
+    named = {} if named is None else named
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        nullable = len(branches) < len(avro)
+        if len(branches) == 1:
+            return avro_field_type(branches[0], where, named)[0], nullable
+        kinds = sorted(b if isinstance(b, str) else b.get("type") for b in branches)
+        if kinds == ["int", "long"]:
+            return pa.int64(), nullable
+        if kinds == ["double", "float"]:
+            return pa.float64(), nullable
+        raise SchemaError(f"field {where!r}: a union of {kinds} has no column type here "
+                          "(only a union with null, int|long or float|double)")
+    if isinstance(avro, str):
+        if avro in named:
+            return named[avro], False
+        simple = {"null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(),
+                  "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+                  "bytes": pa.binary(), "string": pa.string()}
+        if avro not in simple:
+            raise SchemaError(f"field {where!r}: unknown Avro type {avro!r}")
+        return simple[avro], avro == "null"
+    logical = avro.get("logicalType")
+    kind = avro["type"]
+    if logical == "date" and kind == "int":
+        return pa.date32(), False
+    if logical == "timestamp-millis" and kind == "long":  # Spark's timestamps are in us
+        return pa.timestamp("us", tz="UTC"), False
+    if logical == "timestamp-micros" and kind == "long":
+        return pa.timestamp("us", tz="UTC"), False
+    if logical == "local-timestamp-millis" and kind == "long":
+        return pa.timestamp("us"), False
+    if logical == "local-timestamp-micros" and kind == "long":
+        return pa.timestamp("us"), False
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0))), False
+    if kind == "record":
+        fields = []
+        for f in avro["fields"]:
+            ft, nullable = avro_field_type(f["type"], f"{where}.{f['name']}", named)
+            fields.append(pa.field(f["name"], ft, nullable=nullable))
+        t = pa.struct(fields)
+        named[avro["name"]] = t
+        if "namespace" in avro:
+            named[f"{avro['namespace']}.{avro['name']}"] = t
+        return t, False
+    if kind == "enum":
+        named[avro["name"]] = pa.string()
+        return pa.string(), False
+    if kind == "fixed":
+        named[avro["name"]] = pa.binary()
+        return pa.binary(), False
+    if kind == "array":
+        it, nullable = avro_field_type(avro["items"], f"{where}[]", named)
+        return pa.list_(pa.field("element", it, nullable=nullable)), False
+    if kind == "map":
+        vt, nullable = avro_field_type(avro["values"], f"{where}{{}}", named)
+        return pa.map_(pa.string(), pa.field("value", vt, nullable=nullable)), False
+    return avro_field_type(kind, where, named)  # {"type": "string"} and friends
+
+
+# ---- Arrow -> Avro (a DataFrame written to a topic without a schema) ----
+
+def arrow_to_avro(t: pa.DataType, name: str = "Value") -> dict:
+    """The Avro record a struct column is written as when the topic has no schema:
+    every field nullable with a null default (a later field can be added compatibly)."""
+    if not pa.types.is_struct(t):
+        raise SchemaError(f"column 'value' of type {t} is not a struct")
+    return _avro_record(t, name, [0])
+
+
+def _avro_record(t: pa.StructType, name: str, counter: list[int]) -> dict:
+    fields = []
+    for i in range(t.num_fields):
+        f = t.field(i)
+        fields.append({"name": f.name, "type": ["null", _avro(f.type, f.name, counter)],
+                       "default": None})
+    return {"type": "record", "name": name, "fields": fields}
+
+
+def _avro(t: pa.DataType, where: str, counter: list[int]):
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_int64(t):
+        return "long"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_date32(t):
+        return {"type": "int", "logicalType": "date"}
+    if pa.types.is_timestamp(t):
+        logical = "timestamp-micros" if t.tz else "local-timestamp-micros"
+        return {"type": "long", "logicalType": logical}
+    if pa.types.is_decimal(t):
+        return {"type": "bytes", "logicalType": "decimal", "precision": t.precision,
+                "scale": t.scale}
+    if pa.types.is_struct(t):
+        counter[0] += 1
+        return _avro_record(t, f"Record{counter[0]}", counter)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"type": "array", "items": ["null", _avro(t.value_type, where, counter)]}
+    if pa.types.is_map(t):
+        if not pa.types.is_string(t.key_type):
+            raise SchemaError(f"field {where!r}: a map with {t.key_type} keys has no Avro "
+                              "type (Avro maps have string keys)")
+        return {"type": "map", "values": ["null", _avro(t.item_type, where, counter)]}
+    raise SchemaError(f"field {where!r}: type {t} has no Avro type here")

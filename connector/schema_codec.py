@@ -15,11 +15,14 @@ from collections.abc import Callable, Sequence
 import fastavro
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pulsar.schema import Schema
 
+from pulsar_txn.schema_json import from_json, to_json
 from pulsar_txn.schemas import (
     FIXED_WIDTH,
     MS_PER_DAY,
+    TIMESTAMPS,
     Kind,
     SchemaError,
     TopicSchema,
@@ -46,14 +49,19 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
     if planned.kind in FIXED_WIDTH:
         return _fixed(values, planned.kind, topic, ids)
     target = planned.arrow_type(topic)
-    reader = planned.parsed()
     decode = _avro_decoder if planned.kind is Kind.AVRO else _json_decoder
     by_version: dict[int, Callable[[bytes], object]] = {}
-    rows = []
-    for i, (payload, version) in enumerate(zip(values, versions)):
+    rows: list = []
+    if versions and all(v == versions[0] for v in versions):  # the usual run: no lookups
+        dec = by_version[versions[0]] = decode(_writer(fetch, versions[0], planned), planned)
+        try:
+            rows = [dec(p) for p in values]
+        except Exception:  # noqa: BLE001 - found and named one by one below
+            rows = []
+    for i, (payload, version) in enumerate(zip(values[len(rows):], versions[len(rows):])):
         dec = by_version.get(version)
         if dec is None:
-            dec = by_version[version] = decode(_writer(fetch, version, planned), reader)
+            dec = by_version[version] = decode(_writer(fetch, version, planned), planned)
         try:
             rows.append(dec(payload))
         except Exception as e:  # noqa: BLE001 - named below
@@ -62,8 +70,13 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
                 f"version {version} ({planned.kind.name}): {type(e).__name__}: {e}; "
                 "read it with valueSchema=bytes to see it") from e
     try:
-        return pa.array(rows, type=target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        if planned.kind is not Kind.AVRO:
+            return pa.array(rows, type=target)
+        definition = json.loads(planned.definition)
+        column = pa.array(rows, type=avro_field_type(definition, topic, view="physical")[0])
+        units = avro_field_type(definition, topic, view="units")[0]
+        return column.cast(units).cast(target) if units != target else column.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
         raise SchemaError(f"topic {topic!r}: decoded values do not fit the planned column "
                           f"type {target}: {e}") from e
 
@@ -79,51 +92,25 @@ def _writer(fetch: Fetch, version: int, planned: TopicSchema) -> TopicSchema:
     return got
 
 
-def _avro_decoder(writer: TopicSchema, reader):
-    w = writer.parsed()
+def _avro_decoder(writer: TopicSchema, planned: TopicSchema):
+    # timestamps and dates come out as the integers Avro stores; Arrow casts them
+    w, reader = writer.parsed_physical(), planned.parsed_physical()
 
     def dec(payload: bytes):
-        return fastavro.schemaless_reader(io.BytesIO(payload), w, reader)
+        fo = io.BytesIO(payload)
+        got = fastavro.schemaless_reader(fo, w, reader)
+        if fo.tell() != len(payload):  # a record's prefix is not a record
+            raise ValueError(f"{len(payload) - fo.tell()} bytes left after the record")
+        return got
     return dec
 
 
-def _json_decoder(writer: TopicSchema, reader):
+def _json_decoder(writer: TopicSchema, planned: TopicSchema):
+    reader_def = json.loads(planned.definition)
+
     def dec(payload: bytes):
-        return _conform(json.loads(payload), reader, "value")
+        return from_json(json.loads(payload), reader_def)
     return dec
-
-
-def _conform(value, avro, where: str):
-    """A JSON value shaped as the reader's Avro type: missing fields take their default
-    (schema evolution), unknown fields are dropped."""
-    if isinstance(avro, list):
-        if value is None:
-            if "null" in avro:
-                return None
-            raise ValueError(f"{where} is null")
-        branches = [b for b in avro if b != "null"]
-        return _conform(value, branches[0], where) if len(branches) == 1 else value
-    if isinstance(avro, dict):
-        kind = avro["type"]
-        if kind == "record":
-            if not isinstance(value, dict):
-                raise ValueError(f"{where} is not an object")
-            out = {}
-            for f in avro["fields"]:
-                name = f["name"]
-                if name in value:
-                    out[name] = _conform(value[name], f["type"], f"{where}.{name}")
-                elif "default" in f:
-                    out[name] = f["default"]
-                else:
-                    raise ValueError(f"{where}.{name} is missing and has no default")
-            return out
-        if kind == "array":
-            return [_conform(v, avro["items"], where) for v in value]
-        if kind == "map":
-            return {k: _conform(v, avro["values"], where) for k, v in value.items()}
-        return value
-    return value
 
 
 def _fixed(values: Sequence[bytes], kind: Kind, topic: str, ids: Sequence[str]) -> pa.Array:
@@ -160,8 +147,18 @@ def _bad(topic, ids, values, versions, dec, cause) -> SchemaError:
 
 # ---- encoding ----
 
-def encode_column(column: pa.Array, schema: TopicSchema) -> list[bytes]:
-    """The payloads of a ``value`` column under the topic's schema."""
+def encode_column(column: pa.Array, schema: TopicSchema, topic: str = "") -> list[bytes]:
+    """The payloads of a ``value`` column under the topic's schema; a value the schema
+    cannot take fails the write naming the column and the topic."""
+    try:
+        return _encode(column, schema)
+    except (ValueError, TypeError, KeyError, pa.ArrowInvalid, fastavro.validation.ValidationError
+            ) as e:
+        raise SchemaError(f"column 'value' does not encode under topic {topic!r}'s "
+                          f"{schema.kind.name} schema: {type(e).__name__}: {e}") from e
+
+
+def _encode(column: pa.Array, schema: TopicSchema) -> list[bytes]:
     if schema.is_bytes:
         col = column if pa.types.is_binary(column.type) else column.cast(pa.binary())
         return col.to_pylist()
@@ -169,11 +166,15 @@ def encode_column(column: pa.Array, schema: TopicSchema) -> list[bytes]:
         return column.cast(pa.string()).cast(pa.binary()).to_pylist()
     if schema.kind in FIXED_WIDTH:
         return _encode_fixed(column, schema.kind)
+    if schema.kind is Kind.AVRO:  # no datetime object per value: Avro takes the integers
+        column = _avro_ready(column, json.loads(schema.definition), {})
     rows = column.to_pylist()
     if _has_map(column.type):  # Arrow lists a map's pairs; Avro and JSON take a dict
         rows = [_dicts(r, column.type) for r in rows]
     if schema.kind is Kind.JSON:
-        return [json.dumps(r, default=str, separators=(",", ":")).encode() for r in rows]
+        definition = json.loads(schema.definition)
+        return [json.dumps(to_json(r, definition), separators=(",", ":")).encode()
+                for r in rows]
     parsed = schema.parsed()
     out = []
     buf = io.BytesIO()
@@ -184,6 +185,37 @@ def encode_column(column: pa.Array, schema: TopicSchema) -> list[bytes]:
         write(buf, parsed, r)
         out.append(buf.getvalue())
     return out
+
+
+def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
+    """The column with its timestamps and dates as the integers the Avro schema stores
+    (in its unit, truncated as Java's writer does), structs followed field by field."""
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        avro = branches[0] if len(branches) == 1 else None
+    if isinstance(avro, str):
+        avro = named.get(avro)
+    if not isinstance(avro, dict):
+        return column
+    t = column.type
+    if avro.get("type") == "record":
+        named[avro["name"]] = avro
+        if not pa.types.is_struct(t):
+            return column
+        kinds = {f["name"]: f["type"] for f in avro["fields"]}
+        children = column.flatten()
+        fields = [t.field(i) for i in range(t.num_fields)]
+        ready = [_avro_ready(c, kinds.get(f.name), named) for c, f in zip(children, fields)]
+        return pa.StructArray.from_arrays(
+            ready, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(fields, ready)],
+            mask=column.is_null())
+    logical = avro.get("logicalType")
+    if pa.types.is_timestamp(t) and logical in TIMESTAMPS:
+        unit = "ms" if logical.endswith("millis") else "us"
+        return pc.cast(column, pa.timestamp(unit, tz=t.tz), safe=False).cast(pa.int64())
+    if pa.types.is_date32(t) and logical == "date":
+        return column.cast(pa.int32())
+    return column
 
 
 def _has_map(t: pa.DataType) -> bool:
@@ -214,9 +246,9 @@ def _encode_fixed(column: pa.Array, kind: Kind) -> list[bytes]:
     if kind in (Kind.DATE, Kind.LOCAL_DATE):
         days = column.cast(pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
         arr = days.astype("int64") * (MS_PER_DAY if kind is Kind.DATE else 1)
-    elif kind is Kind.TIMESTAMP:
-        arr = column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_numpy(
-            zero_copy_only=False)
+    elif kind is Kind.TIMESTAMP:  # to milliseconds, truncated as Java's Timestamp keeps it
+        arr = pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False).cast(
+            pa.int64()).to_numpy(zero_copy_only=False)
     elif kind is Kind.BOOLEAN:
         arr = column.to_numpy(zero_copy_only=False).astype("u1")
     else:
@@ -278,8 +310,18 @@ def _check_record(t: pa.StructType, avro: dict, where: str, topic: str) -> None:
 
 
 def _convertible(got: pa.DataType, want: pa.DataType) -> bool:
+    """Whether values of ``got`` encode as ``want`` (nullability aside: a null where the
+    schema has none fails the write, named)."""
     if got == want or pa.types.is_null(got):
         return True
+    if pa.types.is_struct(want):
+        if not pa.types.is_struct(got):
+            return False
+        names = {want.field(i).name: want.field(i) for i in range(want.num_fields)}
+        have = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
+        return set(have) <= set(names) and all(
+            _convertible(t, names[n].type) for n, t in have.items()) and all(
+            names[n].nullable for n in set(names) - set(have))
     if pa.types.is_integer(want):
         return pa.types.is_integer(got) and got.bit_width <= want.bit_width
     if pa.types.is_floating(want):
@@ -292,13 +334,18 @@ def _convertible(got: pa.DataType, want: pa.DataType) -> bool:
         return pa.types.is_string(got) or pa.types.is_large_string(got)
     if pa.types.is_binary(want):
         return pa.types.is_binary(got) or pa.types.is_large_binary(got)
-    if pa.types.is_decimal(want):
-        return pa.types.is_decimal(got) or pa.types.is_integer(got)
+    if pa.types.is_decimal(want):  # Avro's decimal scale is exact: cast to it first
+        return pa.types.is_decimal(got) and got.scale == want.scale and (
+            got.precision <= want.precision)
     if pa.types.is_list(want):
         return pa.types.is_list(got) and _convertible(got.value_type, want.value_type)
     if pa.types.is_map(want):
         return pa.types.is_map(got) and _convertible(got.item_type, want.item_type)
     return False
+
+
+# What pulsar-client's C++ core attaches to a producer (others are sent as no schema).
+REGISTERED_BY_PRODUCERS = (Kind.STRING, Kind.JSON, Kind.AVRO)
 
 
 class EncodedSchema(Schema):
@@ -307,7 +354,10 @@ class EncodedSchema(Schema):
     (the sink encoded them, a column at a time)."""
 
     def __init__(self, schema: TopicSchema) -> None:  # noqa: D107 - no Schema.__init__:
-        self.topic_schema = schema  # it would serialise a definition we hold as text
+        if schema.kind not in REGISTERED_BY_PRODUCERS:  # it would serialise a text again
+            raise SchemaError(f"a producer cannot register a {schema.kind.name} schema "
+                              "(pulsar-client's core registers only STRING, JSON and AVRO)")
+        self.topic_schema = schema
         self._record_cls = bytes
         self._schema_info = schema.info()
         self._client = None
@@ -321,3 +371,5 @@ class EncodedSchema(Schema):
     def decode_message(self, msg) -> bytes:
         return msg.data()
 
+    def __repr__(self) -> str:  # a producer's settings are told apart by their repr
+        return f"EncodedSchema({self.topic_schema.describe()})"

@@ -73,6 +73,9 @@ FIXED_WIDTH: dict[Kind, tuple[str, pa.DataType]] = {
 }
 MS_PER_DAY = 86_400_000
 RECORD_KINDS = (Kind.AVRO, Kind.JSON)
+TIMESTAMPS = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+              "local-timestamp-micros")
+TEMPORAL = TIMESTAMPS + ("date",)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ class TopicSchema:
     def parsed(self):
         """The Avro schema, parsed by fastavro (records only)."""
         return _parse(self.definition)
+
+    def parsed_physical(self):
+        """Parsed with timestamps and dates left as the integers Avro stores."""
+        return _parse(self.definition, physical=True)
 
     def arrow_type(self, topic: str = "") -> pa.DataType:
         """The column type of this schema's values."""
@@ -120,16 +127,30 @@ class TopicSchema:
 
 BYTES = TopicSchema(Kind.BYTES)
 
-_PARSED: dict[str, object] = {}
+_PARSED: dict[tuple[str, bool], object] = {}
 
 
-def _parse(definition: str):
-    got = _PARSED.get(definition)
+def _parse(definition: str, physical: bool = False):
+    got = _PARSED.get((definition, physical))
     if got is None:
         if len(_PARSED) > 256:
             _PARSED.clear()
-        got = _PARSED[definition] = fastavro.parse_schema(json.loads(definition))
+        drop = ("uuid",) + (TEMPORAL if physical else ())
+        got = _PARSED[(definition, physical)] = fastavro.parse_schema(
+            _without_logical(json.loads(definition), drop))
     return got
+
+
+def _without_logical(avro, drop: tuple[str, ...]):
+    """The definition without the logical types ``drop``: ``uuid`` strings stay strings
+    (fastavro would hand out ``uuid.UUID`` objects, which no column takes), and with
+    TEMPORAL, timestamps and dates stay the integers Avro stores."""
+    if isinstance(avro, list):
+        return [_without_logical(a, drop) for a in avro]
+    if isinstance(avro, dict):
+        return {k: _without_logical(v, drop) for k, v in avro.items()
+                if not (k == "logicalType" and v in drop)}
+    return avro
 
 
 # ---- the registry ----
@@ -160,7 +181,7 @@ def lookup(native_client: _pulsar.Client, topic: str, version: int = -1,
             raise SchemaError(f"topic {topic!r}: the registry has no schema version {version}")
         return BYTES
     if isinstance(got, Exception):
-        raise SchemaError(f"topic {topic!r}: the schema lookup failed: {got}") from got
+        raise got  # the caller names the broker (connection.naming)
     kind = int(got.schema_type())
     try:
         kind = Kind(kind)
@@ -180,15 +201,18 @@ def avro_toavro_field_type(avro, where: str) -> pa.DataType:
     return t
 
 
-def avro_field_type(avro, where: str, named: dict | None = None
+def avro_field_type(avro, where: str, named: dict | None = None, view: str = "column"
                     ) -> tuple[pa.DataType, bool]:
-    """(Arrow type, nullable) of an Avro field's type."""
+    """(Arrow type, nullable) of an Avro field's type. ``view``: ``column`` (what the
+    source hands Spark: timestamps in us), ``units`` (timestamps in the schema's own
+    unit) or ``physical`` (timestamps and dates as the integers Avro stores: decoded
+    without a datetime object per value, then cast by Arrow, a column at a time)."""
     named = {} if named is None else named
     if isinstance(avro, list):
         branches = [b for b in avro if b != "null"]
         nullable = len(branches) < len(avro)
         if len(branches) == 1:
-            return avro_field_type(branches[0], where, named)[0], nullable
+            return avro_field_type(branches[0], where, named, view)[0], nullable
         kinds = sorted(b if isinstance(b, str) else b.get("type") for b in branches)
         if kinds == ["int", "long"]:
             return pa.int64(), nullable
@@ -208,21 +232,21 @@ def avro_field_type(avro, where: str, named: dict | None = None
     logical = avro.get("logicalType")
     kind = avro["type"]
     if logical == "date" and kind == "int":
-        return pa.date32(), False
-    if logical == "timestamp-millis" and kind == "long":  # Spark's timestamps are in us
-        return pa.timestamp("us", tz="UTC"), False
-    if logical == "timestamp-micros" and kind == "long":
-        return pa.timestamp("us", tz="UTC"), False
-    if logical == "local-timestamp-millis" and kind == "long":
-        return pa.timestamp("us"), False
-    if logical == "local-timestamp-micros" and kind == "long":
-        return pa.timestamp("us"), False
+        return (pa.int32() if view == "physical" else pa.date32()), False
+    if logical in TIMESTAMPS and kind == "long":
+        if view == "physical":
+            return pa.int64(), False
+        unit = "ms" if view == "units" and logical.endswith("millis") else "us"
+        return pa.timestamp(unit, tz=None if logical.startswith("local") else "UTC"), False
+    if logical in ("time-millis", "time-micros"):
+        raise SchemaError(f"field {where!r}: Avro {logical} has no Spark type here; read the "
+                          "topic with valueSchema=bytes")
     if logical == "decimal" and kind in ("bytes", "fixed"):
         return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0))), False
     if kind == "record":
         fields = []
         for f in avro["fields"]:
-            ft, nullable = avro_field_type(f["type"], f"{where}.{f['name']}", named)
+            ft, nullable = avro_field_type(f["type"], f"{where}.{f['name']}", named, view)
             fields.append(pa.field(f["name"], ft, nullable=nullable))
         t = pa.struct(fields)
         named[avro["name"]] = t
@@ -236,19 +260,20 @@ def avro_field_type(avro, where: str, named: dict | None = None
         named[avro["name"]] = pa.binary()
         return pa.binary(), False
     if kind == "array":
-        it, nullable = avro_field_type(avro["items"], f"{where}[]", named)
+        it, nullable = avro_field_type(avro["items"], f"{where}[]", named, view)
         return pa.list_(pa.field("element", it, nullable=nullable)), False
     if kind == "map":
-        vt, nullable = avro_field_type(avro["values"], f"{where}{{}}", named)
+        vt, nullable = avro_field_type(avro["values"], f"{where}{{}}", named, view)
         return pa.map_(pa.string(), pa.field("value", vt, nullable=nullable)), False
-    return avro_field_type(kind, where, named)  # {"type": "string"} and friends
+    return avro_field_type(kind, where, named, view)  # {"type": "string"} and friends
 
 
 # ---- Arrow -> Avro (a DataFrame written to a topic without a schema) ----
 
-def arrow_to_avro(t: pa.DataType, name: str = "Value") -> dict:
-    """The Avro record a struct column is written as when the topic has no schema:
-    every field nullable with a null default (a later field can be added compatibly)."""
+def arrow_to_avro(t: pa.DataType, name: str = "topLevelRecord") -> dict:
+    """The Avro record a struct column is written as when the topic has no schema
+    (named as pulsar-spark names it): a nullable field is a union with null and has a
+    null default, so a reader of a later version can add fields compatibly."""
     if not pa.types.is_struct(t):
         raise SchemaError(f"column 'value' of type {t} is not a struct")
     return _avro_record(t, name, [0])
@@ -258,8 +283,9 @@ def _avro_record(t: pa.StructType, name: str, counter: list[int]) -> dict:
     fields = []
     for i in range(t.num_fields):
         f = t.field(i)
-        fields.append({"name": f.name, "type": ["null", _avro(f.type, f.name, counter)],
-                       "default": None})
+        avro = _avro(f.type, f.name, counter)
+        fields.append({"name": f.name, "type": ["null", avro], "default": None}
+                      if f.nullable else {"name": f.name, "type": avro})
     return {"type": "record", "name": name, "fields": fields}
 
 

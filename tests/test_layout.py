@@ -157,6 +157,8 @@ THIRD_PARTY = {
     "_replace": "namedtuple's public API (urllib's ParseResult)",
     "_schema": "pulsar-client's schema object of a reader or consumer (it keeps no public "
                "accessor): a typed reader's messages decode with it, as pulsar-client's",
+    "_client": "pulsar-client's native Client: its schema lookup (get_schema_info) has no "
+               "wrapper method",
     "_exit": "os._exit: a fault seam kills the driver without cleanup",
     "_sock": "redis-py's connection socket: a fault seam cuts a watch's connection",
     "_parser": "redis-py's connection parser: where a RESP3 invalidation handler is set "
@@ -262,7 +264,8 @@ LAYERS = [
                     "pulsar_txn.deployments"]),
     ("metastore", ["pulsar_txn.metastore", "pulsar_txn.metastore.*"]),
     ("broker edges", ["pulsar_txn.broker_io", "pulsar_txn.admin", "pulsar_txn.connection",
-                      "pulsar_txn.entry_acks", "pulsar_txn.schemas", "pulsar_txn.schema_codec"]),
+                      "pulsar_txn.entry_acks", "pulsar_txn.schemas", "pulsar_txn.schema_codec",
+                      "pulsar_txn.schema_json"]),
     ("roles", ["pulsar_txn.buffer", "pulsar_txn.coordinator", "pulsar_txn.pending_ack",
                "pulsar_txn.writer", "pulsar_txn.transaction", "pulsar_txn.readers",
                "pulsar_txn.consumer", "pulsar_txn.producer", "pulsar_txn.metrics",

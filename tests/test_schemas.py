@@ -156,3 +156,106 @@ def test_schemaless_topics_keep_bytes():
     assert BYTES.arrow_type() == pa.binary()
     assert encode_column(pa.array(["a"]), BYTES) == [b"a"]
     assert decode_column([b"\xff"], [-1], BYTES, None, "t", _ids(1)).to_pylist() == [b"\xff"]
+
+
+# ---- found by review (each failed on the codec before its fix) ----
+
+def test_json_logical_types_read_as_jackson_writes_them_and_write_back_so():
+    definition = {"type": "record", "name": "E", "fields": [
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+        {"name": "b", "type": "bytes"}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(definition))
+    jackson = b'{"ts":1700000000000,"day":19000,"b":"AQID"}'
+    col = decode_column([jackson], [0], schema, lambda v: schema, "t", _ids(1))
+    row = col.to_pylist()[0]
+    assert row["ts"] == dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+    assert row["day"] == dt.date(2022, 1, 8) and row["b"] == b"\x01\x02\x03"
+    assert json.loads(encode_column(col, schema)[0]) == json.loads(jackson)
+
+
+def test_an_avro_payload_with_bytes_left_over_is_not_a_record():
+    schema = _schemas(Kind.AVRO)[0]
+    good = encode_column(pa.array([{"id": 1, "name": None}]), schema)[0]
+    with pytest.raises(SchemaError, match="bytes left after the record"):
+        decode_column([good + b"trailing garbage"], [-1], schema, None, "t", _ids(1))
+
+
+def test_a_timestamp_with_microseconds_is_written_truncated_to_javas_milliseconds():
+    schema = TopicSchema(Kind.TIMESTAMP)
+    ts = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
+    payload, = encode_column(pa.array([ts], pa.timestamp("us", tz="UTC")), schema)
+    assert struct.unpack(">q", payload)[0] == int(ts.timestamp() * 1000)
+
+
+def test_a_value_the_schema_cannot_take_names_the_column_and_topic():
+    schema = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}]}))
+    with pytest.raises(SchemaError, match=r"column 'value' .* topic 'orders'"):
+        encode_column(pa.array([{"e": "C"}]), schema, "orders")
+
+
+def test_nested_types_compare_without_nullability_and_decimals_by_scale():
+    schema = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "items", "type": {"type": "array", "items": {
+            "type": "record", "name": "I", "fields": [{"name": "x", "type": "int"}]}}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
+                                   "precision": 10, "scale": 2}}]}))
+    ok = pa.struct([("items", pa.list_(pa.struct([("x", pa.int32())]))),
+                    ("price", pa.decimal128(10, 2))])
+    check_writable(ok, schema, "t")
+    bad = pa.struct([("items", ok.field(0).type), ("price", pa.decimal128(10, 1))])
+    with pytest.raises(SchemaError, match="field 'price'"):
+        check_writable(bad, schema, "t")
+
+
+def test_uuid_strings_read_as_strings_and_time_of_day_is_refused_at_planning():
+    schema = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}}]}))
+    u = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    payload = encode_column(pa.array([{"u": u}]), schema)
+    assert decode_column(payload, [0], schema, lambda v: schema, "t", _ids(1)).to_pylist() == [
+        {"u": u}]
+    timed = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}]}))
+    with pytest.raises(SchemaError, match="time-millis has no Spark type"):
+        timed.arrow_type()
+
+
+def test_the_sink_derives_avro_for_a_struct_and_refuses_to_invent_a_primitive_schema():
+    from pulsar_txn.errors import ConfigError
+    from pulsar_txn.spark.sink_schema import derived
+
+    got = derived(pa.struct([("id", pa.int32())]), "t")
+    assert got.kind is Kind.AVRO and json.loads(got.definition)["name"] == "topLevelRecord"
+    with pytest.raises(ConfigError, match=r"cannot register a INT64 schema .*pulsar-admin"):
+        derived(pa.int64(), "persistent://public/default/t")
+
+
+def test_avro_timestamps_in_millis_and_dates_cross_arrow_as_integers_in_their_unit():
+    schema = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "ms", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}}]}))
+    at = dt.datetime(2026, 11, 27, 1, 2, 3, 456789, tzinfo=dt.timezone.utc)
+    col = pa.array([{"ms": at, "local": at.replace(tzinfo=None), "day": at.date()},
+                    {"ms": None, "local": at.replace(tzinfo=None), "day": at.date()}],
+                   schema.arrow_type())
+    payloads = encode_column(col, schema)
+    ms, = struct.unpack(">q", fastavro_long(payloads[0][1:]))  # after the union index
+    assert ms == 1795741323456  # truncated to the schema's milliseconds, as Java writes
+    back = decode_column(payloads, [0, 0], schema, lambda v: schema, "t", _ids(2)).to_pylist()
+    assert back[0]["ms"] == at.replace(microsecond=456000)
+    assert back[0]["local"] == at.replace(tzinfo=None) and back[0]["day"] == at.date()
+    assert back[1]["ms"] is None
+
+
+def fastavro_long(data: bytes) -> bytes:
+    """The zig-zag varint at the front of ``data``, as 8 big-endian bytes."""
+    n, shift = 0, 0
+    for b in data:
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    return struct.pack(">q", (n >> 1) ^ -(n & 1))

@@ -1,0 +1,117 @@
+"""Pulsar's JSON schema payloads, shaped by the schema's Avro definition: what Java's
+Jackson writes (epoch milliseconds for a ``timestamp-millis`` field, days for a
+``date``, base64 for ``bytes``) read into the values the Avro path gives, and back.
+A missing field takes its default (schema evolution); an unknown one is dropped; a
+value the definition cannot take raises (named by the caller), never passes as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_NAIVE = dt.datetime(1970, 1, 1)
+_EPOCH_DAY = dt.date(1970, 1, 1)
+
+
+def from_json(value, avro, where: str = "value", named: dict | None = None):
+    """A decoded JSON value as the Avro definition ``avro`` types it."""
+    named = {} if named is None else named
+    if isinstance(avro, list):
+        if value is None:
+            if "null" in avro:
+                return None
+            raise ValueError(f"{where} is null")
+        branches = [b for b in avro if b != "null"]
+        return from_json(value, branches[0], where, named) if len(branches) == 1 else value
+    if isinstance(avro, str):
+        if avro in named:
+            return from_json(value, named[avro], where, named)
+        if avro == "bytes":
+            return base64.b64decode(value) if isinstance(value, str) else bytes(value)
+        if value is None and avro != "null":
+            raise ValueError(f"{where} is null")
+        return value
+    kind, logical = avro["type"], avro.get("logicalType")
+    if kind == "record":
+        named[avro["name"]] = avro
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} is not an object")
+        out = {}
+        for f in avro["fields"]:
+            name = f["name"]
+            if name in value:
+                out[name] = from_json(value[name], f["type"], f"{where}.{name}", named)
+            elif "default" in f:
+                out[name] = f["default"]
+            else:
+                raise ValueError(f"{where}.{name} is missing and has no default")
+        return out
+    if kind in ("enum", "fixed"):
+        named[avro["name"]] = avro
+    if value is None:
+        raise ValueError(f"{where} is null")
+    if kind == "array":
+        return [from_json(v, avro["items"], f"{where}[]", named) for v in value]
+    if kind == "map":
+        return {k: from_json(v, avro["values"], f"{where}{{}}", named) for k, v in value.items()}
+    if logical == "timestamp-millis":
+        return _EPOCH + dt.timedelta(milliseconds=value)
+    if logical == "timestamp-micros":
+        return _EPOCH + dt.timedelta(microseconds=value)
+    if logical == "local-timestamp-millis":
+        return _EPOCH_NAIVE + dt.timedelta(milliseconds=value)
+    if logical == "local-timestamp-micros":
+        return _EPOCH_NAIVE + dt.timedelta(microseconds=value)
+    if logical == "date":
+        return _EPOCH_DAY + dt.timedelta(days=value)
+    if logical == "decimal":
+        return decimal.Decimal(str(value))
+    if kind == "fixed":
+        return base64.b64decode(value) if isinstance(value, str) else bytes(value)
+    return from_json(value, kind, where, named)
+
+
+def to_json(value, avro, named: dict | None = None):
+    """A column value as Jackson would write it under ``avro`` (the inverse)."""
+    named = {} if named is None else named
+    if value is None:
+        return None
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        return to_json(value, branches[0], named) if len(branches) == 1 else value
+    if isinstance(avro, str):
+        if avro in named:
+            return to_json(value, named[avro], named)
+        if avro == "bytes":
+            return base64.b64encode(value).decode()
+        return value
+    kind, logical = avro["type"], avro.get("logicalType")
+    if kind == "record":
+        named[avro["name"]] = avro
+        return {f["name"]: to_json(value.get(f["name"]), f["type"], named)
+                for f in avro["fields"] if f["name"] in value}
+    if kind in ("enum", "fixed"):
+        named[avro["name"]] = avro
+    if kind == "array":
+        return [to_json(v, avro["items"], named) for v in value]
+    if kind == "map":
+        return {k: to_json(v, avro["values"], named) for k, v in value.items()}
+    if logical in ("timestamp-millis", "timestamp-micros"):
+        delta = value - (_EPOCH if value.tzinfo else _EPOCH_NAIVE)
+        return delta // dt.timedelta(milliseconds=1 if logical.endswith("millis") else 0.001)
+    if logical in ("local-timestamp-millis", "local-timestamp-micros"):
+        delta = value.replace(tzinfo=None) - _EPOCH_NAIVE
+        return delta // dt.timedelta(milliseconds=1 if logical.endswith("millis") else 0.001)
+    if logical == "date":
+        return (value - _EPOCH_DAY).days
+    if logical == "decimal":
+        f = float(value)
+        if decimal.Decimal(repr(f)) != value:
+            raise ValueError(f"decimal {value} has no exact JSON number here (a double)")
+        return f
+    if kind == "fixed":
+        return base64.b64encode(value).decode()
+    return to_json(value, kind, named)

@@ -11,6 +11,7 @@ from pulsar_txn.spark.options import SourceOptions
 from .partition_reader import SCHEMA
 from .sink_commit import PulsarTxnBatchWriter, PulsarTxnStreamWriter
 from .source_reader import PulsarTxnBatchReader, PulsarTxnStreamReader
+from .value_schema import plan_value_schema, spark_schema
 
 __all__ = ["PulsarTxnDataSource"]
 
@@ -104,6 +105,10 @@ class PulsarTxnDataSource(DataSource):
     transactional : ``true``
         ``false`` writes plain appends without transactions (at-least-once): the
         benchmark baseline.
+    schemaLookupTimeoutMs : ``2000``
+        With a typed ``value`` column (a struct or primitive, written under a Pulsar
+        schema): how long the topic's registry lookup may take; a broker silent that
+        long keeps no registry (pulsar-lite): the schema is derived from the DataFrame.
     transaction.retention.ms : ``3600000``
         The query's driver collects finalized transactions older than this (and aborts
         expired ones, finishes cleanups a dead committer left), so a Spark-only
@@ -159,6 +164,15 @@ class PulsarTxnDataSource(DataSource):
     startingTimestamp : —
         Epoch ms: start at the first message published at or after it (a scan;
         exclusive with ``startingOffsets``).
+    valueSchema : ``auto``
+        ``auto``: a topic with a schema in the broker's registry gives a typed ``value``
+        (Avro and JSON: a struct; primitives: their Spark type), fixed when the query is
+        defined; each message is decoded with the version it was written with, resolved
+        into that one. A topic without a schema keeps ``value binary``. ``bytes``:
+        always ``value binary``.
+    schemaLookupTimeoutMs : ``2000``
+        With ``valueSchema=auto``: how long the registry lookup may take; a broker
+        silent that long keeps no registry (pulsar-lite): ``value binary``, warned.
     read.foreignDeployments : ``fail``
         Transactional entries of another deployment (another ``metastore.namespace``
         or ``metastore.url``, or this one before a metastore reset) are never
@@ -209,18 +223,20 @@ class PulsarTxnDataSource(DataSource):
         # Whether this is a batch or a streaming read is not known yet: an option only
         # one of them refuses (endingOffsets, subscription) fails when the reader is made.
         try:
-            SourceOptions.from_options(self.options)
+            opts = SourceOptions.from_options(self.options)
         except ConfigError:
-            SourceOptions.from_options(self.options, batch=True)
-        return SCHEMA
+            opts = SourceOptions.from_options(self.options, batch=True)
+        # the value's type is fixed here, once: the topic's registered schema (issue 29)
+        planned = plan_value_schema(opts)
+        return SCHEMA if planned.is_bytes else spark_schema(planned, opts.topics[0])
 
     def streamReader(self, schema):
         configure_logging()
-        return PulsarTxnStreamReader(self.options)
+        return PulsarTxnStreamReader(self.options, schema)
 
     def reader(self, schema):
         configure_logging()
-        return PulsarTxnBatchReader(self.options)
+        return PulsarTxnBatchReader(self.options, schema)
 
     def streamWriter(self, schema, overwrite: bool):
         configure_logging()

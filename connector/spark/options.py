@@ -11,6 +11,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import pulsar
@@ -38,16 +39,20 @@ from pulsar_txn.spark.option_values import (
 from pulsar_txn.topics import is_scalable, normalize_any, normalize_scalable, normalize_topic
 
 # Spark's own options reach the source too; accepted and interpreted by Spark.
+if TYPE_CHECKING:  # the CLI imports this module without the spark extra (no pyarrow)
+    from pulsar_txn.schemas import TopicSchema
+
 SPARK = {"path", "checkpointlocation", "queryname"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace",
           "pulsar.client.authpluginclassname", "pulsar.client.authparams"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",
-                 "transactional", "transaction.retention.ms"}
+                 "transactional", "transaction.retention.ms", "schemalookuptimeoutms"}
 SOURCE = COMMON | {"transaction.retention.ms",
                    "topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
                    "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
                    "maxtriggerdelay", "startingtimestamp", "failondataloss", "datatimeoutms",
-                   "minpartitions", "subscription", "admin.url", "read.foreigndeployments"}
+                   "minpartitions", "subscription", "admin.url", "read.foreigndeployments",
+                   "valueschema", "schemalookuptimeoutms"}
 
 
 # Authentication, as pulsar-spark names it (values are secrets: never shown).
@@ -187,6 +192,8 @@ class SinkOptions:
     rebind: bool = False  # sink.id.rebind: move an explicit sink.id to this query
     retention_ms: int = 3_600_000  # transaction.retention.ms: GC of finalized txns
     transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
+    value_schema: TopicSchema | None = None  # a typed value's (sink_schema.py); None: bytes
+    schema_lookup_timeout_ms: int = 2_000
     fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
 
     @classmethod
@@ -212,6 +219,8 @@ class SinkOptions:
             client=_passthrough(opts, "pulsar.client.", pulsar.Client.__init__),
             auth_plugin=opts.get(AUTH_PLUGIN) or None, auth_params=opts.get(AUTH_PARAMS) or None,
             fault=opts.get("sink.fault", ""),
+            schema_lookup_timeout_ms=int_option(opts, "schemalookuptimeoutms", 2_000,
+                                                minimum=1),
             rebind=bool_option(opts, "sink.id.rebind", False),
             retention_ms=int_option(opts, "transaction.retention.ms", 3_600_000),
             transactional=bool_option(opts, "transactional", True),
@@ -273,6 +282,9 @@ class SourceOptions:
     admin_url: str | None = field(default=None, repr=False)  # may hold credentials
     retention_ms: int = 3_600_000  # transaction.retention.ms: the driver's GC
     skip_foreign: bool = False  # read.foreignDeployments=skip (deployments.py)
+    value_schema: str = "auto"  # valueSchema: the registry's schema, or 'bytes'
+    schema_lookup_timeout_ms: int = 2_000
+    planned: TopicSchema | None = None  # the value's schema, fixed when the query is defined
 
     @classmethod
     def from_options(cls, options, batch: bool = False) -> SourceOptions:
@@ -350,7 +362,18 @@ class SourceOptions:
             pattern=pattern, subscription=subscription,
             admin_url=check_admin_url(opts.get("admin.url"), "option 'admin.url'"),
             skip_foreign=_foreign_deployments(opts),
+            value_schema=_value_schema(opts),
+            schema_lookup_timeout_ms=int_option(opts, "schemalookuptimeoutms", 2_000,
+                                                minimum=1),
         )
+
+
+def _value_schema(opts: dict[str, str]) -> str:
+    """``valueSchema``: ``auto`` (the topic's registered schema) or ``bytes``."""
+    raw = (opts.get("valueschema") or "auto").strip().lower()
+    if raw not in ("auto", "bytes"):
+        raise ConfigError(f"option 'valueSchema' must be 'auto' or 'bytes', got {raw!r}")
+    return raw
 
 
 def _foreign_deployments(opts: dict[str, str]) -> bool:

@@ -21,6 +21,8 @@ from pulsar_txn.connection import naming
 from pulsar_txn.deployments import SKIP_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import FOREIGN, PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
+from pulsar_txn.schema_codec import decode_column
+from pulsar_txn.schemas import TopicSchema, lookup
 from pulsar_txn.spark.logs import configure_logging
 
 from .offsets import SegmentPartition, decode
@@ -56,7 +58,7 @@ class _Columns:
     """
 
     __slots__ = ("keys", "values", "ids", "publish", "event", "props", "txns", "writers",
-                 "plain_props")
+                 "plain_props", "versions")
 
     def __init__(self) -> None:
         self.keys: list = []
@@ -68,29 +70,63 @@ class _Columns:
         self.txns: list = []
         self.writers: list = []
         self.plain_props = False  # some row has user properties
+        self.versions: list = []  # schema versions, when the value is typed
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def arrow(self, topic: str, segment: str, keep: list[bool] | None) -> pa.RecordBatch:
+    def arrow(self, topic: str, segment: str, keep: list[bool] | None,
+              typed: TypedValues | None = None) -> pa.RecordBatch:
         cols = [self.keys, self.values, self.ids, self.publish, self.event, self.props,
-                self.txns]
+                self.txns, self.versions]
         if keep is not None:
-            cols = [list(compress(c, keep)) for c in cols]
-        keys, values, ids, publish, event, props, txns = cols
+            cols = [list(compress(c, keep)) if c else c for c in cols]
+        keys, values, ids, publish, event, props, txns, versions = cols
         n = len(values)
         if self.plain_props:
             props_arr = pa.array(props, type=_PROPS)
         else:  # every map empty: offsets only
             props_arr = pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
                                                 _NO_STRINGS, _NO_STRINGS)
+        # only committed rows are decoded: an aborted write may be anything
+        value = (pa.array(values, pa.binary()) if typed is None
+                 else typed.column(values, versions, ids))
         return pa.RecordBatch.from_arrays([
-            pa.array(keys, pa.string()), pa.array(values, pa.binary()),
+            pa.array(keys, pa.string()), value,
             pa.array([topic] * n, pa.string()), pa.array([segment] * n, pa.string()),
             pa.array(ids, pa.string()),
             pa.array(np.asarray(publish, np.int64) * 1000, _TS),
             pa.array([e * 1000 if e else None for e in event], _TS),
-            props_arr, pa.array(txns, pa.string())], schema=ARROW_SCHEMA)
+            props_arr, pa.array(txns, pa.string())],
+            schema=ARROW_SCHEMA if typed is None else typed.arrow_schema)
+
+
+class TypedValues:
+    """The ``value`` column of a typed query: payloads decoded with the schema version
+    each was written with (looked up once per worker), resolved into the planned one."""
+
+    def __init__(self, planned: TopicSchema, topic: str, client, timeout_s: float,
+                 service_url: str) -> None:
+        self.planned = planned
+        self.topic = topic
+        self._client = client
+        self._timeout_s = timeout_s
+        self._service_url = service_url
+        # per range read, not per worker: a topic deleted and made again numbers its
+        # versions from 0 again, and a kept worker must not decode with the old ones
+        self._versions: dict[int, TopicSchema] = {}
+        self.arrow_schema = ARROW_SCHEMA.set(1, pa.field("value", planned.arrow_type(topic)))
+
+    def version(self, v: int) -> TopicSchema:
+        got = self._versions.get(v)
+        if got is None:
+            with naming(self._service_url, what=f"looking up schema version {v} of {self.topic}"):
+                got = self._versions[v] = lookup(self._client._client, self.topic, v,
+                                                 self._timeout_s)
+        return got
+
+    def column(self, values: list, versions: list, ids: list) -> pa.Array:
+        return decode_column(values, versions, self.planned, self.version, self.topic, ids)
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -198,6 +234,10 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     client = RESOURCES.client(opts, reads=True)  # never the sink's producers' connections
     topic = part.topic or part.segment
     state = _RangeRead(opts, part, store)
+    planned = opts.planned
+    typed = (None if planned is None or planned.is_bytes else
+             TypedValues(planned, topic, client, opts.schema_lookup_timeout_ms / 1000,
+                         opts.service_url))
     tags, note_foreign, deployment = state.tags, state.note_foreign, state.deployment
     try:
         rows = _Columns()
@@ -232,14 +272,16 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                 rows.txns.append(t)
                 rows.keys.append(raw.partition_key() or None)
                 rows.values.append(raw.data())
+                if typed is not None:
+                    rows.versions.append(raw.int_schema_version())
                 rows.ids.append(f"{pos[0]}:{pos[1]}:{pos[2]}")
                 rows.publish.append(raw.publish_timestamp())
                 rows.event.append(raw.event_timestamp())
                 if len(rows.values) >= chunk:
-                    yield rows.arrow(topic, part.segment, state.verdicts(rows))
+                    yield rows.arrow(topic, part.segment, state.verdicts(rows), typed)
                     rows = _Columns()
         if len(rows):
-            yield rows.arrow(topic, part.segment, state.verdicts(rows))
+            yield rows.arrow(topic, part.segment, state.verdicts(rows), typed)
         if state.skipped_foreign:
             log.warning("%s: %d entries of other deployments (%s) skipped "
                         "(%s=skip)", part.segment, state.skipped_foreign,

@@ -24,6 +24,7 @@ from pulsar_txn.topics import normalize_any
 from . import faults
 from .options import SinkOptions
 from .resources import RESOURCES
+from .sink_schema import with_sink_schema
 from .sink_task import (
     PulsarTxnCommitMessage,
     check_sink_schema,
@@ -75,6 +76,7 @@ class PulsarTxnStreamWriter(DataSourceStreamArrowWriter):
         self.opts = SinkOptions.from_options(options)
         self.roles = check_sink_schema(schema, self.opts)
         _check_broker(self.opts)
+        self.opts = with_sink_schema(self.opts, schema, self.roles)
 
     def write(self, iterator) -> PulsarTxnCommitMessage:
         return write_micro_batch(self.opts, self.roles, iterator)
@@ -129,6 +131,7 @@ class PulsarTxnBatchWriter(DataSourceArrowWriter):
         self.opts = SinkOptions.from_options(options)
         self.roles = check_sink_schema(schema, self.opts)
         _check_broker(self.opts)
+        self.opts = with_sink_schema(self.opts, schema, self.roles)
         store = open_store(self.opts.metastore_url, namespace=self.opts.namespace)
         try:
             owner = sink_owner(self.opts.sink_id or "batch", f"job-{uuid.uuid4().hex}", 0)

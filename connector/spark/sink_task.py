@@ -30,6 +30,8 @@ from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.producer import ScalableProducer
+from pulsar_txn.schema_codec import REGISTERED_BY_PRODUCERS, EncodedSchema, encode_column
+from pulsar_txn.schemas import TopicSchema
 from pulsar_txn.spark.logs import configure_logging
 from pulsar_txn.state import TxnState
 from pulsar_txn.topics import normalize_any, partition_for
@@ -39,6 +41,7 @@ from pulsar_txn.writer import NO_POSITION
 from . import faults
 from .options import SinkOptions, default_sink_id
 from .resources import RESOURCES
+from .sink_schema import is_typed
 
 log = logging.getLogger("pulsar_txn.spark.sink")  # the name users configure: kept
 
@@ -79,12 +82,16 @@ def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
             _refuse_if_meant(f.name)
             continue
         type_name = f.dataType.simpleString()
+        if role == "value" and is_typed(type_name):
+            roles[role] = f.name  # written under a Pulsar schema (sink_schema.py)
+            continue
         if type_name not in ACCEPTED[role]:
             raise ConfigError(f"column {f.name!r} has type {type_name}; the pulsar-txn sink "
                               f"expects {' or '.join(ACCEPTED[role])}")
         roles[role] = f.name
     if "value" not in roles:
-        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string); "
+        raise ConfigError("the pulsar-txn sink needs a 'value' column (binary or string, or "
+                          "a struct or primitive written under a Pulsar schema); "
                           f"columns: {', '.join(f.name for f in schema.fields)}")
     if not opts.topic and "topic" not in roles:
         raise ConfigError("set option 'topic' or provide a 'topic' column")
@@ -226,15 +233,24 @@ def refuse_reserved(batch, roles: dict[str, str]) -> None:
                           "and reserved")
 
 
-def wire_columns(batch, roles: dict[str, str]) -> tuple[list, list | None, list | None,
-                                                       list | None]:
-    """(values, keys, properties, event times) of an Arrow batch as the producer takes
-    them: bytes, str, dict, epoch milliseconds; converted by Arrow, not row by row."""
+def wire_values(batch, roles: dict[str, str], schema: TopicSchema | None,
+                topic: str = "") -> list:
+    """The payloads of an Arrow batch's value column: bytes as they are, a typed column
+    encoded under its schema (a column at a time)."""
     value = batch.column(roles["value"])
     if value.null_count:
         raise ConfigError("column 'value' is null in a row; the pulsar-txn sink needs a "
                           "value for every row")
-    values = (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()
+    if schema is not None:
+        return encode_column(value, schema, topic)
+    return (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()
+
+
+def wire_columns(batch, roles: dict[str, str], schema: TopicSchema | None = None,
+                 topic: str = "") -> tuple[list, list | None, list | None, list | None]:
+    """(values, keys, properties, event times) of an Arrow batch as the producer takes
+    them: bytes, str, dict, epoch milliseconds; converted by Arrow, not row by row."""
+    values = wire_values(batch, roles, schema, topic)
     keys = None
     if "key" in roles:
         key = batch.column(roles["key"])
@@ -272,6 +288,9 @@ class _TaskWrites:
         self.producer_kw = {"batching_enabled": True, "batching_max_messages": 1000,
                             "batching_max_publish_delay_ms": 5, "block_if_queue_full": True,
                             "max_pending_messages": 10_000, **opts.producer}
+        if opts.value_schema is not None and (
+                opts.value_schema.kind in REGISTERED_BY_PRODUCERS):  # as Pulsar's producers do
+            self.producer_kw["schema"] = EncodedSchema(opts.value_schema)
         self.runs: dict = {}  # topic -> its WriterRun (or _PlainRun)
         self.per_entry: list[EntryAcks] = []
         self.partitioned: dict[str, list[str]] = {}
@@ -309,9 +328,13 @@ class _TaskWrites:
         row by row where rows are routed (a topic column, partitions, ``topic://``)."""
         t = self.default_topic
         if t is not None and not t.startswith("topic://") and len(self.partitions(t)) == 1:
-            self.run_for(t, whole_columns=True).send_many(*wire_columns(batch, roles))
+            self.run_for(t, whole_columns=True).send_many(
+                *wire_columns(batch, roles, self.opts.value_schema, t))
             return
         cols = {role: batch.column(name).to_pylist() for role, name in roles.items()}
+        if self.opts.value_schema is not None:
+            cols["value"] = wire_values(batch, roles, self.opts.value_schema,
+                                        self.default_topic or "")
         values, keys, props = cols["value"], cols.get("key"), cols.get("properties")
         times, topics = cols.get("eventtime"), cols.get("topic")
         for i in range(batch.num_rows):

@@ -40,6 +40,7 @@ from .offsets import (
 from .options import SourceOptions
 from .partition_reader import read_partition
 from .planning import Planner, Unit
+from .value_schema import with_planned
 
 log = logging.getLogger("pulsar_txn.spark.source")  # the name users configure: kept
 
@@ -92,8 +93,8 @@ class PulsarTxnStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """READ_COMMITTED micro-batches: an end offset is each segment's gate, capped by the
     read limits; Spark keeps the offsets in its checkpoint and may replay a range."""
 
-    def __init__(self, options) -> None:
-        self.opts = SourceOptions.from_options(options)
+    def __init__(self, options, schema=None) -> None:
+        self.opts = with_planned(SourceOptions.from_options(options), schema)
         self._planner: Planner | None = None
         self._target: dict[str, Position] | None = None  # Trigger.AvailableNow cap
         self._waiting_since: float | None = None
@@ -275,8 +276,8 @@ class PulsarTxnBatchReader(DataSourceReader):
     then (or at ``endingOffsets``), so writes committed while the job runs never leak
     into part of its result."""
 
-    def __init__(self, options) -> None:
-        self.opts = SourceOptions.from_options(options, batch=True)
+    def __init__(self, options, schema=None) -> None:
+        self.opts = with_planned(SourceOptions.from_options(options, batch=True), schema)
 
     def partitions(self) -> list[SegmentPartition]:
         planner = Planner(self.opts)

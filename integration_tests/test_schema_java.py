@@ -1,0 +1,61 @@
+"""Typed Java clients on both ends of Spark (issue 29): a Java producer with
+``Schema.AVRO(Order.class)`` writes records the Spark source returns as typed columns,
+and the sink's struct rows are read back by a Java consumer with the same schema.
+The Java side is the peer benchmark's v4 module (benchmarks/peer, built by Maven).
+Reference broker only: pulsar-lite keeps no schema registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from spark_helpers import source_df
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+PEER = Path(__file__).resolve().parent.parent / "benchmarks" / "peer"
+JAR = PEER / "v4" / "target" / "peer-v4.jar"
+
+
+@pytest.fixture(scope="module")
+def java_peer():
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.fail("the Java schema tests need Java 17 and Maven (as benchmarks/peer does)")
+    sources = [p for p in PEER.rglob("*") if p.suffix in (".java", ".xml")
+               and "target" not in p.parts]
+    if not JAR.exists() or max(p.stat().st_mtime for p in sources) > JAR.stat().st_mtime:
+        done = subprocess.run(["mvn", "-B", "-q", "-s", str(PEER / "maven-settings.xml"),
+                               "package"], cwd=PEER, capture_output=True, text=True)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    def run(*args: str) -> list[str]:
+        cp = f"{JAR}:{JAR.parent / 'lib'}/*"
+        done = subprocess.run(
+            ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+             "--add-opens", "java.base/java.nio=ALL-UNNAMED", "-cp", cp,
+             "io.github.pulsartxn.peer.v4.SchemaPeer", *args],
+            capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.splitlines()
+    return run
+
+
+def test_java_avro_records_read_typed_and_the_sinks_rows_read_by_a_java_consumer(
+        java_peer, spark, client, broker, redis_server, namespace, topic_name):
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    topic = topic_name("java-avro")
+    del client  # it made the test's namespace (a reader never makes one)
+    assert java_peer("produce", broker.service_url, topic, "3") == ["produced 3"]
+    df = source_df(spark, broker, redis_server, namespace, stream=False, topic=topic)
+    assert sorted(tuple(r) for r in df.select("value.id", "value.name").collect()) == [
+        (0, "java-0"), (1, "java-1"), (2, "java-2")]
+    rows = spark.createDataFrame([(10, "spark-10"), (11, None)], "id int, name string")
+    (rows.selectExpr("struct(id, name) AS value").write.format("pulsar-txn")
+     .option("service.url", broker.service_url).option("metastore.url", redis_server.url)
+     .option("metastore.namespace", namespace).option("topic", topic).mode("append").save())
+    got = java_peer("consume", broker.service_url, topic, "5")
+    assert sorted(got) == sorted(["0,java-0", "1,java-1", "2,java-2", "10,spark-10",
+                                  "11,null"])

@@ -407,6 +407,52 @@ def test_an_ack_applied_before_a_restore_lost_its_commit_is_no_anomaly():
     assert check(h) == [], explain(check(h))
 
 
+def commit_answered_across_a_restore(read_after: list) -> H:
+    """T1's commit is invoked after the copy and answered after the restore: its CAS
+    ran on the store the restore threw away, and applying its acks then took the
+    reconnections (10 s in the run that found this). Its answer says committed, but
+    the decision is as lost as one answered before the restore."""
+    h = H()
+    h.send("i1", topic="in", pos=P(0))
+    copy = h.now
+    h.send("b", topic="out", txn="T1", pos=P(0))
+    h.receive("c1", [(P(0), "i1")], process="p1")
+    h.ack("i1", txn="T1", process="p1", session="c1")
+    commit = h.invoke("p1", "commit", txn="T1", winners=None)
+    h.restore(copy)
+    h.ok(commit)
+    h.ok(h.invoke("sweeper", "sweep"), aborted=["T1"])
+    h.receive("c2", [(P(0), "i1")], process="p2")  # T1's ack is gone with it
+    h.send("o2", topic="out", txn="T2", pos=P(1))
+    h.ack("i1", txn="T2", process="p2", session="c2")
+    h.commit("T2", process="p2")
+    h.read("final", read_after, topic="out", complete=True)
+    h.cursor([])
+    return h
+
+
+def test_a_commit_answered_after_a_restore_that_lost_it_is_no_anomaly():
+    h = commit_answered_across_a_restore([(P(1), "o2")])
+    assert check(h) == [], explain(check(h))
+
+
+def test_a_commit_answered_after_a_restore_is_still_held_to_failing_closed():
+    h = commit_answered_across_a_restore([(P(0), "b"), (P(1), "o2")])
+    assert set(kinds(h)) == {"aborted-read"}
+
+
+def test_a_commit_invoked_after_a_restore_is_decided():
+    """Only a commit whose decision may predate the restore is excused."""
+    h = H()
+    h.send("a", pos=P(0))
+    copy = h.now
+    h.restore(copy)
+    h.send("b", txn="T1", pos=P(1))
+    h.commit("T1")
+    h.read("final", [(P(0), "a")], complete=True)
+    only(h, "lost-write")
+
+
 def test_a_transaction_id_handed_out_twice_is_flagged():
     h = H()
     h.ok(h.invoke("p1", "begin"), txn="T1")

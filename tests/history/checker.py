@@ -17,9 +17,11 @@ A restore of the metastore to an earlier copy (``History.restore``) may lose
 decisions clients saw: those become unknown, what readers, consumers and sweeps
 observed between the copy and the restore is set aside (it saw a state that is
 gone), reader sessions start again at the restore, and replays are compared only
-within one era. What must still hold: nothing of a transaction whose decision was
-lost is ever delivered afterwards unless it commits again (fail closed), and
-everything decided before the copy stands.
+within one era. "Between" is any overlap: an operation invoked before the restore
+and answered after it may have decided on the lost state. What must still hold:
+nothing of a transaction whose decision was lost is ever delivered afterwards
+unless it commits again (fail closed), and everything decided before the copy
+stands.
 
 Checked per segment (topic) and per subscription:
   aborted-read (G1a), open-read (returned before any commit of its transaction was
@@ -158,19 +160,23 @@ class _Checker:
         # restores of the metastore: (the copy's clock, the restore's clock)
         self.restores = [(op.args["lost_after"], op.invoked) for op in self.ops
                          if op.f == "fault" and "lost_after" in op.args]
-        # transactions whose commit may have been lost: one was invoked after a copy
-        # the metastore was later restored to (an ack it applied on the broker, which no
+        # transactions whose commit may have been lost: one ran after a copy the
+        # metastore was later restored to (an ack it applied on the broker, which no
         # restore rolls back, then proves nothing about its fate)
-        self.forgotten = {op.args["txn"] for op in self.ops if op.f == "commit"
-                          and any(copy < op.invoked < at for copy, at in self.restores)}
+        self.forgotten = {op.args["txn"] for op in self.ops
+                          if op.f == "commit" and self.lost(op)}
 
     def era(self, op: Op) -> int:
         return sum(1 for _, at in self.restores if at < op.invoked)
 
     def lost(self, op: Op) -> bool:
-        """``op`` observed a state a later restore threw away."""
+        """``op`` may have observed or decided on a state a later restore threw away:
+        it ran, for some of its span, between the copy and the restore. Its effect
+        happened somewhere in that span: a commit answered after the restore may have
+        made its CAS on the store the restore replaced, then spent the outage applying
+        its acks (the answer's time alone would call that decision kept)."""
         done = op.completed if op.completed is not None else op.invoked
-        return any(copy < done < at for copy, at in self.restores)
+        return any(op.invoked < at and copy < done for copy, at in self.restores)
 
     def flag(self, kind: str, message: str, *ops: Op) -> None:
         self.anomalies.append(Anomaly(kind, message, tuple(o for o in ops if o is not None)))

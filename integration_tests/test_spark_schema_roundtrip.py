@@ -1,7 +1,8 @@
 """Typed rows end to end (issue 29), on a real broker's registry and a real Spark:
 JSON and STRING topics round-trip source -> sink -> source and read with
 pulsar-client's own schema; an aborted transaction's payload, which may be anything,
-is never decoded (only committed rows are). Slow: the default stage's Spark budget
+is never decoded (only committed rows are); a schema changed incompatibly under a
+running query fails it, named. Slow: the default stage's Spark budget
 is spent; the reference broker only (pulsar-lite keeps no registry)."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 from spark_helpers import source_df
+
+from pulsar_txn.admin import admin_request
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -99,3 +102,38 @@ def test_an_aborted_transactions_undecodable_payload_is_never_decoded(
     df = source_df(spark, broker, redis_server, namespace, stream=False, topic=topic)
     assert sorted(tuple(r) for r in df.select("value.id", "value.name").collect()) == [
         (1, "kept"), (3, "after")]
+
+
+def test_a_schema_changed_incompatibly_mid_query_fails_it_naming_the_versions(
+        spark, client, broker, redis_server, namespace, topic_name, tmp_path):
+    """The query planned version 0; an operator then lets any schema through and a
+    producer registers one no resolution reads: the query fails, named, rather than
+    decoding a string id as an int."""
+    ns = f"public/retyped-{tmp_path.name[-8:].lower()}"
+    admin_request(broker.admin_url, "PUT", f"/admin/v2/namespaces/{ns}")
+    admin_request(broker.admin_url, "PUT", f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy",
+                  body="ALWAYS_COMPATIBLE")
+    topic = f"persistent://{ns}/" + topic_name("changed").rsplit("/", 1)[1]
+    with client.transaction() as txn:
+        client.create_producer(topic, schema=AvroSchema(Item)).send(Item(id=1, name="a"),
+                                                                    txn=txn)
+    df = source_df(spark, broker, redis_server, namespace, topic=topic,
+                   startingOffsets="earliest")  # planned: version 0
+    q = (df.select("value.id").writeStream.format("memory").queryName("retyped")
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="300 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        assert [r.id for r in spark.table("retyped").collect()] == [1]
+        # "Item" again, its id now a string: no Avro resolution reads it as the planned int
+        retyped = type("Item", (Record,), {"id": String(), "name": String()})
+        with client.transaction() as txn:
+            client.create_producer(topic, schema=AvroSchema(retyped)).send(
+                retyped(id="x-2", name="b"), txn=txn)
+        with pytest.raises(Exception) as err:
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    text = str(err.value)
+    assert topic in text and "schema version 1" in text and "does not decode" in text, text
+    assert [r.id for r in spark.table("retyped").collect()] == [1]  # nothing wrongly decoded

@@ -2,10 +2,13 @@
 JSON and STRING topics round-trip source -> sink -> source and read with
 pulsar-client's own schema; an aborted transaction's payload, which may be anything,
 is never decoded (only committed rows are); a schema changed incompatibly under a
-running query fails it, named. Slow: the default stage's Spark budget
+running query fails it, named, and so does a message whose schema version the
+registry no longer has. Slow: the default stage's Spark budget
 is spent; the reference broker only (pulsar-lite keeps no registry)."""
 
 from __future__ import annotations
+
+import time
 
 import pulsar
 import pytest
@@ -137,3 +140,34 @@ def test_a_schema_changed_incompatibly_mid_query_fails_it_naming_the_versions(
     text = str(err.value)
     assert topic in text and "schema version 1" in text and "does not decode" in text, text
     assert [r.id for r in spark.table("retyped").collect()] == [1]  # nothing wrongly decoded
+
+
+def test_a_message_whose_schema_version_the_registry_lost_fails_the_query_named(
+        spark, client, broker, redis_server, namespace, topic_name, tmp_path):
+    """An operator deletes the topic's schema under a running query: the next message's
+    version is unknown to the registry, and the query fails naming it rather than
+    decode with some other version."""
+    topic = topic_name("lost-version")
+    p = client.create_producer(topic, schema=AvroSchema(Item))
+    for i in (1, 2):
+        with client.transaction() as txn:
+            p.send(Item(id=i, name=f"v{i}"), txn=txn)
+    df = source_df(spark, broker, redis_server, namespace, topic=topic,
+                   startingOffsets="earliest", maxRecordsPerTrigger="1")
+    q = (df.select("value.id").writeStream.format("memory").queryName("lostversion")
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="20 seconds").start())  # the second batch waits
+    try:
+        deadline = time.monotonic() + 60
+        while not spark.table("lostversion").count():  # the first batch: one message
+            assert time.monotonic() < deadline and q.isActive, q.exception()
+            time.sleep(0.2)
+        admin_request(broker.admin_url, "DELETE", "/admin/v2/schemas/public/default/"
+                      f"{topic.rsplit('/', 1)[1]}/schema?force=true")
+        with pytest.raises(Exception) as err:
+            q.awaitTermination(60)
+    finally:
+        q.stop()
+    text = str(err.value)
+    assert topic in text and "no schema version 0" in text, text
+    assert [r.id for r in spark.table("lostversion").collect()] == [1]

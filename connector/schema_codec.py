@@ -8,6 +8,7 @@ is fastavro's own call per record (and JSON's).
 
 from __future__ import annotations
 
+import decimal
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -41,6 +42,9 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
     decode fails with its topic, message id and version named."""
     if planned.is_bytes:
         return pa.array(values, pa.binary())
+    if planned.kind is Kind.STRING or planned.kind in FIXED_WIDTH:
+        for version in set(versions):  # no per-row work here: each version's type checked
+            _writer(fetch, version, planned)
     if planned.kind is Kind.STRING:
         try:
             return pa.array(values, pa.binary()).cast(pa.string())
@@ -106,11 +110,25 @@ def _avro_decoder(writer: TopicSchema, planned: TopicSchema):
 
 
 def _json_decoder(writer: TopicSchema, planned: TopicSchema):
+    """JSON read with the definition it was written under; another version's record is
+    then resolved into the planned one by Avro's rules (fastavro's), as an Avro payload
+    would be: a field retyped int -> double fails, named, rather than truncate."""
     reader_def = json.loads(planned.definition)
+    if writer.definition == planned.definition:
+        return lambda payload: from_json(_json_loads(payload), reader_def)
+    writer_def = json.loads(writer.definition)
+    w, r = writer.parsed(), planned.parsed()
 
     def dec(payload: bytes):
-        return from_json(json.loads(payload), reader_def)
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, w, from_json(_json_loads(payload), writer_def))
+        buf.seek(0)
+        return fastavro.schemaless_reader(buf, w, r)
     return dec
+
+
+def _json_loads(payload: bytes):
+    return json.loads(payload, parse_float=decimal.Decimal)  # a decimal's digits kept
 
 
 def _fixed(values: Sequence[bytes], kind: Kind, topic: str, ids: Sequence[str]) -> pa.Array:
@@ -154,8 +172,10 @@ def encode_column(column: pa.Array, schema: TopicSchema, topic: str = "") -> lis
         return _encode(column, schema)
     except (ValueError, TypeError, KeyError, pa.ArrowInvalid, fastavro.validation.ValidationError
             ) as e:
+        why = ("; ".join(map(str, e.errors)) if isinstance(e, fastavro.validation.ValidationError)
+               else e)
         raise SchemaError(f"column 'value' does not encode under topic {topic!r}'s "
-                          f"{schema.kind.name} schema: {type(e).__name__}: {e}") from e
+                          f"{schema.kind.name} schema: {type(e).__name__}: {why}") from e
 
 
 def _encode(column: pa.Array, schema: TopicSchema) -> list[bytes]:
@@ -171,8 +191,10 @@ def _encode(column: pa.Array, schema: TopicSchema) -> list[bytes]:
     rows = column.to_pylist()
     if _has_map(column.type):  # Arrow lists a map's pairs; Avro and JSON take a dict
         rows = [_dicts(r, column.type) for r in rows]
-    if schema.kind is Kind.JSON:
-        definition = json.loads(schema.definition)
+    if schema.kind is Kind.JSON:  # checked as Avro's writer checks: Jackson would misread
+        definition, parsed = json.loads(schema.definition), schema.parsed()
+        for r in rows:
+            fastavro.validation.validate(r, parsed, raise_errors=True)
         return [json.dumps(to_json(r, definition), separators=(",", ":")).encode()
                 for r in rows]
     parsed = schema.parsed()

@@ -33,6 +33,14 @@ def from_json(value, avro, where: str = "value", named: dict | None = None):
             return base64.b64decode(value) if isinstance(value, str) else bytes(value)
         if value is None and avro != "null":
             raise ValueError(f"{where} is null")
+        if avro in ("int", "long"):
+            if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal)) or (
+                    isinstance(value, decimal.Decimal) and value != value.to_integral_value()):
+                raise ValueError(f"{where} is {value!r}, not an {avro}")
+            return int(value)
+        if avro in ("float", "double") and isinstance(value, (int, decimal.Decimal)) and (
+                not isinstance(value, bool)):
+            return float(value)
         return value
     kind, logical = avro["type"], avro.get("logicalType")
     if kind == "record":
@@ -91,8 +99,10 @@ def to_json(value, avro, named: dict | None = None):
     kind, logical = avro["type"], avro.get("logicalType")
     if kind == "record":
         named[avro["name"]] = avro
-        return {f["name"]: to_json(value.get(f["name"]), f["type"], named)
-                for f in avro["fields"] if f["name"] in value}
+        # a field the column lacks takes its default, as Avro's writer fills it
+        return {f["name"]: (to_json(value[f["name"]], f["type"], named) if f["name"] in value
+                            else f["default"])
+                for f in avro["fields"] if f["name"] in value or "default" in f}
     if kind in ("enum", "fixed"):
         named[avro["name"]] = avro
     if kind == "array":

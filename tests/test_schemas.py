@@ -259,3 +259,53 @@ def fastavro_long(data: bytes) -> bytes:
         if not b & 0x80:
             break
     return struct.pack(">q", (n >> 1) ^ -(n & 1))
+
+
+# ---- found by review of the Spark part (helper-21; each failed on the codec before) ----
+
+@pytest.mark.parametrize("planned, written, payload", [
+    (TopicSchema(Kind.INT64), TopicSchema(Kind.DOUBLE), struct.pack(">d", 12.5)),
+    (TopicSchema(Kind.STRING), TopicSchema(Kind.JSON, json.dumps(V0)), b'{"id":1}'),
+])
+def test_a_primitive_topics_version_of_another_type_fails_the_query_named(planned, written,
+                                                                          payload):
+    """An 8-byte DOUBLE read as an INT64 is a wrong number, not an error, unless the
+    version it was written with is looked at."""
+    with pytest.raises(SchemaError, match=f"version 1 is {written.kind.name}"):
+        decode_column([payload], [1], planned, lambda v: written, "t", _ids(1))
+
+
+def test_a_json_payload_is_read_with_its_writers_definition_and_resolved_as_avro():
+    """Version 1 retyped a field int -> double; the query planned version 0: Avro's
+    resolution refuses that, and so must JSON's (2.7 is no int)."""
+    v1 = {"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "double"}, {"name": "name", "type": ["null", "string"]}]}
+    planned, writer = TopicSchema(Kind.JSON, json.dumps(V0)), TopicSchema(Kind.JSON,
+                                                                          json.dumps(v1))
+    with pytest.raises(SchemaError, match=r"message 1:0:-1 does not decode .* version 1"):
+        decode_column([b'{"id":2.7,"name":"x"}'], [1], planned, lambda v: writer, "t",
+                      _ids(1))
+
+
+def test_a_json_decimal_reads_exactly():
+    definition = {"type": "record", "name": "D", "fields": [{"name": "x", "type": {
+        "type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 2}}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(definition))
+    col = decode_column([b'{"x":12345678901234567.89}'], [0], schema, lambda v: schema, "t",
+                        _ids(1))
+    assert str(col.to_pylist()[0]["x"]) == "12345678901234567.89"
+
+
+def test_the_json_sink_refuses_what_javas_jackson_would_misread_and_fills_defaults():
+    definition = {"type": "record", "name": "J", "fields": [
+        {"name": "a", "type": "int"},
+        {"name": "c", "type": ["null", {"type": "enum", "name": "C", "symbols": ["RED"]}]},
+        {"name": "d", "type": "int", "default": 1}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(definition))
+    t = pa.struct([("a", pa.int32()), ("c", pa.string())])
+    with pytest.raises(SchemaError, match=r"topic 't'.*a.*None"):
+        encode_column(pa.array([{"a": None, "c": "RED"}], t), schema, "t")
+    with pytest.raises(SchemaError, match=r"topic 't'.*PURPLE"):
+        encode_column(pa.array([{"a": 1, "c": "PURPLE"}], t), schema, "t")
+    out = encode_column(pa.array([{"a": 1, "c": None}], t), schema, "t")
+    assert json.loads(out[0]) == {"a": 1, "c": None, "d": 1}  # as Avro's default fills it

@@ -106,7 +106,23 @@ def _avro_decoder(writer: TopicSchema, planned: TopicSchema):
         if fo.tell() != len(payload):  # a record's prefix is not a record
             raise ValueError(f"{len(payload) - fo.tell()} bytes left after the record")
         return got
-    return dec
+    if writer.definition == planned.definition or "logicalType" not in writer.definition:
+        return dec
+    # another version with logical types: its integers may be in another unit (Pulsar's
+    # compatibility check ignores logical types: millis -> micros passes it), so it is
+    # resolved as values, then given the planned version's integers
+    w_logical, r_logical = writer.parsed(), planned.parsed()
+
+    def dec_other(payload: bytes):
+        fo = io.BytesIO(payload)
+        value = fastavro.schemaless_reader(fo, w_logical, r_logical)
+        if fo.tell() != len(payload):
+            raise ValueError(f"{len(payload) - fo.tell()} bytes left after the record")
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, r_logical, value)
+        buf.seek(0)
+        return fastavro.schemaless_reader(buf, reader, None)
+    return dec_other
 
 
 def _json_decoder(writer: TopicSchema, planned: TopicSchema):
@@ -231,13 +247,25 @@ def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
         return pa.StructArray.from_arrays(
             ready, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(fields, ready)],
             mask=column.is_null())
+    if avro.get("type") == "array" and pa.types.is_list(t):  # timestamps in a list too
+        items = _avro_ready(column.values, avro["items"], named)
+        return pa.ListArray.from_arrays(column.offsets, items, mask=column.is_null())
     logical = avro.get("logicalType")
     if pa.types.is_timestamp(t) and logical in TIMESTAMPS:
-        unit = "ms" if logical.endswith("millis") else "us"
-        return pc.cast(column, pa.timestamp(unit, tz=t.tz), safe=False).cast(pa.int64())
+        return _epoch(column, "ms" if logical.endswith("millis") else "us")
     if pa.types.is_date32(t) and logical == "date":
         return column.cast(pa.int32())
     return column
+
+
+def _epoch(column: pa.Array, unit: str) -> pa.Array:
+    """A timestamp column as integers since the epoch in ``unit``, floored as Java's
+    ``toEpochMilli`` and ``Timestamp.getTime`` floor (-1500 us is -2 ms)."""
+    us = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False).cast(pa.int64())
+    if unit == "us":
+        return us
+    q = pc.divide(us, 1000)  # integer division: toward zero
+    return pc.if_else(pc.less(pc.subtract(us, pc.multiply(q, 1000)), 0), pc.subtract(q, 1), q)
 
 
 def _has_map(t: pa.DataType) -> bool:
@@ -268,9 +296,8 @@ def _encode_fixed(column: pa.Array, kind: Kind) -> list[bytes]:
     if kind in (Kind.DATE, Kind.LOCAL_DATE):
         days = column.cast(pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
         arr = days.astype("int64") * (MS_PER_DAY if kind is Kind.DATE else 1)
-    elif kind is Kind.TIMESTAMP:  # to milliseconds, truncated as Java's Timestamp keeps it
-        arr = pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False).cast(
-            pa.int64()).to_numpy(zero_copy_only=False)
+    elif kind is Kind.TIMESTAMP:  # to milliseconds, floored as Java's Timestamp keeps it
+        arr = _epoch(column, "ms").to_numpy(zero_copy_only=False)
     elif kind is Kind.BOOLEAN:
         arr = column.to_numpy(zero_copy_only=False).astype("u1")
     else:

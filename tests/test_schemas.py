@@ -6,9 +6,11 @@ payloads, and a payload or column the schema cannot take is named, never guessed
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import struct
 
+import fastavro
 import pyarrow as pa
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
@@ -309,3 +311,38 @@ def test_the_json_sink_refuses_what_javas_jackson_would_misread_and_fills_defaul
         encode_column(pa.array([{"a": 1, "c": "PURPLE"}], t), schema, "t")
     out = encode_column(pa.array([{"a": 1, "c": None}], t), schema, "t")
     assert json.loads(out[0]) == {"a": 1, "c": None, "d": 1}  # as Avro's default fills it
+
+
+def test_an_old_versions_timestamp_unit_is_converted_not_reinterpreted():
+    """Pulsar's compatibility check ignores logical types: millis -> micros passes it. An
+    old payload's milliseconds must not be read as microseconds (1970-01-20)."""
+    def version(logical):
+        return TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "T", "fields": [
+            {"name": "t", "type": {"type": "long", "logicalType": logical}}]}))
+    v0, v1 = version("timestamp-millis"), version("timestamp-micros")
+    at = dt.datetime(2024, 1, 1, 12, 0, 0, 123000, tzinfo=dt.timezone.utc)
+    t = pa.struct([("t", pa.timestamp("us", tz="UTC"))])
+    old = encode_column(pa.array([{"t": at}], t), v0)
+    new = encode_column(pa.array([{"t": at}], t), v1)
+    got = decode_column(old + new, [0, 1], v1, {0: v0, 1: v1}.__getitem__, "t", _ids(2))
+    assert [r["t"] for r in got.to_pylist()] == [at, at]
+
+
+def test_timestamps_are_floored_to_javas_milliseconds_at_any_depth():
+    """Java's toEpochMilli floors: -1500 us is -2 ms, as a field, inside an array, and
+    as a TIMESTAMP topic's value; a naive timestamp in an array is not read in the
+    executor's local zone."""
+    ms = {"type": "long", "logicalType": "timestamp-millis"}
+    schema = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "T", "fields": [
+        {"name": "t", "type": ms}, {"name": "ts", "type": {"type": "array", "items": ms}}]}))
+    before = dt.datetime(1969, 12, 31, 23, 59, 59, 998500, tzinfo=dt.timezone.utc)
+    t = pa.struct([("t", pa.timestamp("us", tz="UTC")),
+                   ("ts", pa.list_(pa.timestamp("us", tz="UTC")))])
+    payload = encode_column(pa.array([{"t": before, "ts": [before]}], t), schema)[0]
+    as_longs = {"type": "record", "name": "T", "fields": [
+        {"name": "t", "type": "long"}, {"name": "ts", "type": {"type": "array",
+                                                               "items": "long"}}]}
+    got = fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(as_longs), None)
+    assert got == {"t": -2, "ts": [-2]}
+    assert encode_column(pa.array([before]), TopicSchema(Kind.TIMESTAMP)) == [
+        struct.pack(">q", -2)]

@@ -25,7 +25,9 @@ def from_json(value, avro, where: str = "value", named: dict | None = None):
                 return None
             raise ValueError(f"{where} is null")
         branches = [b for b in avro if b != "null"]
-        return from_json(value, branches[0], where, named) if len(branches) == 1 else value
+        if len(branches) == 1:
+            return from_json(value, branches[0], where, named)
+        return float(value) if isinstance(value, decimal.Decimal) else value  # float|double
     if isinstance(avro, str):
         if avro in named:
             return from_json(value, named[avro], where, named)

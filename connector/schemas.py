@@ -112,9 +112,10 @@ class TopicSchema:
             return FIXED_WIDTH[self.kind][1]
         if self.is_record:
             return avro_toavro_field_type(json.loads(self.definition), topic or "value")
-        raise SchemaError(f"topic {topic!r} has a {self.kind.name} schema, which the "
-                          "pulsar-txn source cannot map to columns yet; read it with "
-                          "valueSchema=bytes and decode the value yourself")
+        raise SchemaError(f"topic {topic!r} has a {self.kind.name} schema, which "
+                          "pulsar-txn maps to no column type yet: the source reads it with "
+                          "valueSchema=bytes, the sink writes it from a binary value column "
+                          "you encode yourself")
 
     def info(self, name: str = "pulsar-txn") -> _pulsar.SchemaInfo:
         """The SchemaInfo a producer registers with (pulsar-client's)."""
@@ -223,6 +224,8 @@ def avro_field_type(avro, where: str, named: dict | None = None, view: str = "co
     if isinstance(avro, str):
         if avro in named:
             return named[avro], False
+        if "." in avro and avro.rsplit(".", 1)[1] in named:  # by full name, declared short
+            return named[avro.rsplit(".", 1)[1]], False
         simple = {"null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(),
                   "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
                   "bytes": pa.binary(), "string": pa.string()}
@@ -242,7 +245,11 @@ def avro_field_type(avro, where: str, named: dict | None = None, view: str = "co
         raise SchemaError(f"field {where!r}: Avro {logical} has no Spark type here; read the "
                           "topic with valueSchema=bytes")
     if logical == "decimal" and kind in ("bytes", "fixed"):
-        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0))), False
+        precision = int(avro["precision"])
+        if not 1 <= precision <= 38:
+            raise SchemaError(f"field {where!r}: decimal precision {precision} is beyond "
+                              "Spark's 38 digits; read the topic with valueSchema=bytes")
+        return pa.decimal128(precision, int(avro.get("scale", 0))), False
     if kind == "record":
         fields = []
         for f in avro["fields"]:
@@ -253,12 +260,12 @@ def avro_field_type(avro, where: str, named: dict | None = None, view: str = "co
         if "namespace" in avro:
             named[f"{avro['namespace']}.{avro['name']}"] = t
         return t, False
-    if kind == "enum":
-        named[avro["name"]] = pa.string()
-        return pa.string(), False
-    if kind == "fixed":
-        named[avro["name"]] = pa.binary()
-        return pa.binary(), False
+    if kind in ("enum", "fixed"):
+        t = pa.string() if kind == "enum" else pa.binary()
+        named[avro["name"]] = t
+        if "namespace" in avro:
+            named[f"{avro['namespace']}.{avro['name']}"] = t
+        return t, False
     if kind == "array":
         it, nullable = avro_field_type(avro["items"], f"{where}[]", named, view)
         return pa.list_(pa.field("element", it, nullable=nullable)), False

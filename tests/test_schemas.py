@@ -346,3 +346,27 @@ def test_timestamps_are_floored_to_javas_milliseconds_at_any_depth():
     assert got == {"t": -2, "ts": [-2]}
     assert encode_column(pa.array([before]), TopicSchema(Kind.TIMESTAMP)) == [
         struct.pack(">q", -2)]
+
+
+def test_named_types_resolve_by_full_name_and_oversized_decimals_are_named():
+    """Java's ReflectData names a nested enum in its class's namespace and refers to it
+    again by full name."""
+    color = {"type": "enum", "name": "Color", "namespace": "com.example.Order",
+             "symbols": ["RED"]}
+    definition = {"type": "record", "name": "Order", "namespace": "com.example", "fields": [
+        {"name": "a", "type": color}, {"name": "b", "type": "com.example.Order.Color"}]}
+    schema = TopicSchema(Kind.AVRO, json.dumps(definition))
+    assert schema.arrow_type("t") == pa.struct([pa.field("a", pa.string(), False),
+                                                pa.field("b", pa.string(), False)])
+    wide = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "W", "fields": [
+        {"name": "x", "type": {"type": "bytes", "logicalType": "decimal", "precision": 40,
+                               "scale": 2}}]}))
+    with pytest.raises(SchemaError, match=r"field '\S*x'.*precision 40"):
+        wide.arrow_type("t")
+
+
+def test_a_sink_refused_a_schema_type_is_told_what_the_sink_can_write():
+    kv = TopicSchema(Kind.KEY_VALUE, "")
+    with pytest.raises(SchemaError) as err:
+        check_writable(pa.struct([("a", pa.int32())]), kv, "t")
+    assert "the sink writes it from a binary value column" in str(err.value)

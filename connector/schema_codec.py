@@ -74,15 +74,35 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
                 f"version {version} ({planned.kind.name}): {type(e).__name__}: {e}; "
                 "read it with valueSchema=bytes to see it") from e
     try:
-        if planned.kind is not Kind.AVRO:
-            return pa.array(rows, type=target)
-        definition = json.loads(planned.definition)
-        column = pa.array(rows, type=avro_field_type(definition, topic, view="physical")[0])
-        units = avro_field_type(definition, topic, view="units")[0]
-        return column.cast(units).cast(target) if units != target else column.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        raise SchemaError(f"topic {topic!r}: decoded values do not fit the planned column "
-                          f"type {target}: {e}") from e
+        return _column(rows, planned, target, topic)
+    except _ARROW_ERRORS as e:
+        bad = next((i for i in range(len(rows)) if not _fits(rows[i:i + 1], planned, target,
+                                                                topic)), None)
+        which = (f"message {ids[bad]} (schema version {versions[bad]})" if bad is not None
+                 else "a message")
+        raise SchemaError(f"topic {topic!r}: {which} decoded to a value the planned column "
+                          f"type {target} cannot hold: {e}; read it with valueSchema=bytes "
+                          "to see it") from e
+
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+def _column(rows: list, planned: TopicSchema, target: pa.DataType, topic: str) -> pa.Array:
+    if planned.kind is not Kind.AVRO:
+        return pa.array(rows, type=target)
+    definition = json.loads(planned.definition)
+    column = pa.array(rows, type=avro_field_type(definition, topic, view="physical")[0])
+    units = avro_field_type(definition, topic, view="units")[0]
+    return column.cast(units).cast(target) if units != target else column.cast(target)
+
+
+def _fits(rows: list, planned: TopicSchema, target: pa.DataType, topic: str) -> bool:
+    try:
+        _column(rows, planned, target, topic)
+        return True
+    except _ARROW_ERRORS:
+        return False
 
 
 def _writer(fetch: Fetch, version: int, planned: TopicSchema) -> TopicSchema:

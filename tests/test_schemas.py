@@ -370,3 +370,17 @@ def test_a_sink_refused_a_schema_type_is_told_what_the_sink_can_write():
     with pytest.raises(SchemaError) as err:
         check_writable(pa.struct([("a", pa.int32())]), kv, "t")
     assert "the sink writes it from a binary value column" in str(err.value)
+
+
+def test_a_value_too_wide_for_the_planned_column_names_its_message():
+    def dec(precision):
+        return TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "D", "fields": [
+            {"name": "x", "type": {"type": "bytes", "logicalType": "decimal",
+                                   "precision": precision, "scale": 2}}]}))
+    import decimal
+    wide, narrow = dec(10), dec(4)
+    payloads = encode_column(pa.array([{"x": decimal.Decimal("1.25")},
+                                       {"x": decimal.Decimal("12345.67")}],
+                                      pa.struct([("x", pa.decimal128(10, 2))])), wide)
+    with pytest.raises(SchemaError, match=r"message 1:1:-1 \(schema version 0\)"):
+        decode_column(payloads, [0, 0], narrow, lambda v: narrow, "t", _ids(2))

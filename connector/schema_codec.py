@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pulsar.schema import Schema
 
-from pulsar_txn.schema_json import from_json, to_json
+from pulsar_txn.schema_json import from_json, to_json, with_defaults
 from pulsar_txn.schemas import (
     FIXED_WIDTH,
     MS_PER_DAY,
@@ -28,6 +28,8 @@ from pulsar_txn.schemas import (
     SchemaError,
     TopicSchema,
     avro_field_type,
+    recall,
+    remember,
 )
 
 # ---- decoding ----
@@ -44,7 +46,7 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
         return pa.array(values, pa.binary())
     if planned.kind is Kind.STRING or planned.kind in FIXED_WIDTH:
         for version in set(versions):  # no per-row work here: each version's type checked
-            _writer(fetch, version, planned)
+            _writer(fetch, version, planned, topic, ids[list(versions).index(version)])
     if planned.kind is Kind.STRING:
         try:
             return pa.array(values, pa.binary()).cast(pa.string())
@@ -57,7 +59,8 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
     by_version: dict[int, Callable[[bytes], object]] = {}
     rows: list = []
     if versions and all(v == versions[0] for v in versions):  # the usual run: no lookups
-        dec = by_version[versions[0]] = decode(_writer(fetch, versions[0], planned), planned)
+        dec = by_version[versions[0]] = decode(
+            _writer(fetch, versions[0], planned, topic, ids[0]), planned)
         try:
             rows = [dec(p) for p in values]
         except Exception:  # noqa: BLE001 - found and named one by one below
@@ -65,7 +68,8 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
     for i, (payload, version) in enumerate(zip(values[len(rows):], versions[len(rows):])):
         dec = by_version.get(version)
         if dec is None:
-            dec = by_version[version] = decode(_writer(fetch, version, planned), planned)
+            dec = by_version[version] = decode(
+                _writer(fetch, version, planned, topic, ids[len(rows)]), planned)
         try:
             rows.append(dec(payload))
         except Exception as e:  # noqa: BLE001 - named below
@@ -73,11 +77,11 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
                 f"topic {topic!r}: message {ids[i]} does not decode with its schema "
                 f"version {version} ({planned.kind.name}): {type(e).__name__}: {e}; "
                 "read it with valueSchema=bytes to see it") from e
+    types = _column_types(planned, target, topic)
     try:
-        return _column(rows, planned, target, topic)
+        return _column(rows, types)
     except _ARROW_ERRORS as e:
-        bad = next((i for i in range(len(rows)) if not _fits(rows[i:i + 1], planned, target,
-                                                                topic)), None)
+        bad = next((i for i in range(len(rows)) if not _fits(rows[i:i + 1], types)), None)
         which = (f"message {ids[bad]} (schema version {versions[bad]})" if bad is not None
                  else "a message")
         raise SchemaError(f"topic {topic!r}: {which} decoded to a value the planned column "
@@ -88,31 +92,42 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
 
 
-def _column(rows: list, planned: TopicSchema, target: pa.DataType, topic: str) -> pa.Array:
+def _column_types(planned: TopicSchema, target: pa.DataType, topic: str) -> tuple:
+    """(built as, cast through, target): Avro's rows are built from the integers it
+    stores, then cast through the schema's own units."""
     if planned.kind is not Kind.AVRO:
-        return pa.array(rows, type=target)
+        return target, target, target
     definition = json.loads(planned.definition)
-    column = pa.array(rows, type=avro_field_type(definition, topic, view="physical")[0])
-    units = avro_field_type(definition, topic, view="units")[0]
+    return (avro_field_type(definition, topic, view="physical")[0],
+            avro_field_type(definition, topic, view="units")[0], target)
+
+
+def _column(rows: list, types: tuple) -> pa.Array:
+    built, units, target = types
+    column = pa.array(rows, type=built)
+    if built == target:
+        return column
     return column.cast(units).cast(target) if units != target else column.cast(target)
 
 
-def _fits(rows: list, planned: TopicSchema, target: pa.DataType, topic: str) -> bool:
+def _fits(rows: list, types: tuple) -> bool:
     try:
-        _column(rows, planned, target, topic)
+        _column(rows, types)
         return True
     except _ARROW_ERRORS:
         return False
 
 
-def _writer(fetch: Fetch, version: int, planned: TopicSchema) -> TopicSchema:
+def _writer(fetch: Fetch, version: int, planned: TopicSchema, topic: str,
+            message: str) -> TopicSchema:
     if version < 0:
         return planned  # written without a registry (or by a schemaless producer)
     got = fetch(version)
     if got.kind is not planned.kind:
-        raise SchemaError(f"schema version {version} is {got.kind.name}, the query planned "
-                          f"{planned.kind.name}: an incompatible change of the topic's "
-                          "schema; restart the query to plan the new one")
+        raise SchemaError(f"topic {topic!r}: message {message}'s schema version {version} "
+                          f"is {got.kind.name}, the query planned {planned.kind.name}: an "
+                          "incompatible change of the topic's schema; restart the query to "
+                          "plan the new one")
     return got
 
 
@@ -126,7 +141,8 @@ def _avro_decoder(writer: TopicSchema, planned: TopicSchema):
         if fo.tell() != len(payload):  # a record's prefix is not a record
             raise ValueError(f"{len(payload) - fo.tell()} bytes left after the record")
         return got
-    if writer.definition == planned.definition or "logicalType" not in writer.definition:
+    if writer.definition == planned.definition or "logicalType" not in writer.definition or (
+            "logicalType" not in planned.definition):  # no unit to convert into: Avro's ints
         return dec
     # another version with logical types: its integers may be in another unit (Pulsar's
     # compatibility check ignores logical types: millis -> micros passes it), so it is
@@ -150,14 +166,16 @@ def _json_decoder(writer: TopicSchema, planned: TopicSchema):
     then resolved into the planned one by Avro's rules (fastavro's), as an Avro payload
     would be: a field retyped int -> double fails, named, rather than truncate."""
     reader_def = json.loads(planned.definition)
+    # a decimal's digits are kept by parsing every float as Decimal, which costs: only then
+    loads = _json_loads if '"decimal"' in writer.definition else json.loads
     if writer.definition == planned.definition:
-        return lambda payload: from_json(_json_loads(payload), reader_def)
+        return lambda payload: from_json(loads(payload), reader_def)
     writer_def = json.loads(writer.definition)
     w, r = writer.parsed(), planned.parsed()
 
     def dec(payload: bytes):
         buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, w, from_json(_json_loads(payload), writer_def))
+        fastavro.schemaless_writer(buf, w, from_json(loads(payload), writer_def))
         buf.seek(0)
         return fastavro.schemaless_reader(buf, w, r)
     return dec
@@ -229,6 +247,7 @@ def _encode(column: pa.Array, schema: TopicSchema) -> list[bytes]:
         rows = [_dicts(r, column.type) for r in rows]
     if schema.kind is Kind.JSON:  # checked as Avro's writer checks: Jackson would misread
         definition, parsed = json.loads(schema.definition), schema.parsed()
+        rows = [with_defaults(r, definition) for r in rows]
         for r in rows:
             fastavro.validation.validate(r, parsed, raise_errors=True)
         return [json.dumps(to_json(r, definition), separators=(",", ":")).encode()
@@ -252,12 +271,12 @@ def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
         branches = [b for b in avro if b != "null"]
         avro = branches[0] if len(branches) == 1 else None
     if isinstance(avro, str):
-        avro = named.get(avro)
+        avro = recall(named, avro)
     if not isinstance(avro, dict):
         return column
     t = column.type
     if avro.get("type") == "record":
-        named[avro["name"]] = avro
+        remember(named, avro, avro)
         if not pa.types.is_struct(t):
             return column
         kinds = {f["name"]: f["type"] for f in avro["fields"]}
@@ -267,9 +286,20 @@ def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
         return pa.StructArray.from_arrays(
             ready, fields=[pa.field(f.name, c.type, f.nullable) for f, c in zip(fields, ready)],
             mask=column.is_null())
-    if avro.get("type") == "array" and pa.types.is_list(t):  # timestamps in a list too
-        items = _avro_ready(column.values, avro["items"], named)
-        return pa.ListArray.from_arrays(column.offsets, items, mask=column.is_null())
+    if avro.get("type") in ("enum", "fixed"):
+        remember(named, avro, avro)
+    if avro.get("type") in ("array", "map") and '"logicalType"' in json.dumps(avro):
+        # timestamps in a list or a map take a field's path (fastavro's own conversion
+        # reads a naive one in the executor's zone); a slice is copied to offset 0 first
+        if pa.types.is_list(t):
+            column = pa.concat_arrays([column]) if column.offset else column
+            items = _avro_ready(column.values, avro["items"], named)
+            return pa.ListArray.from_arrays(column.offsets, items, mask=column.is_null())
+        if pa.types.is_map(t):
+            column = pa.concat_arrays([column]) if column.offset else column
+            items = _avro_ready(column.items, avro["values"], named)
+            return pa.MapArray.from_arrays(column.offsets, column.keys, items,
+                                           mask=column.is_null())
     logical = avro.get("logicalType")
     if pa.types.is_timestamp(t) and logical in TIMESTAMPS:
         return _epoch(column, "ms" if logical.endswith("millis") else "us")
@@ -281,6 +311,8 @@ def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
 def _epoch(column: pa.Array, unit: str) -> pa.Array:
     """A timestamp column as integers since the epoch in ``unit``, floored as Java's
     ``toEpochMilli`` and ``Timestamp.getTime`` floor (-1500 us is -2 ms)."""
+    if pa.types.is_date32(column.type) or pa.types.is_date64(column.type):
+        column = column.cast(pa.timestamp("us"))  # a day is its midnight, UTC
     us = pc.cast(column, pa.timestamp("us", tz=column.type.tz), safe=False).cast(pa.int64())
     if unit == "us":
         return us
@@ -341,7 +373,7 @@ def check_writable(column_type: pa.DataType, schema: TopicSchema, topic: str) ->
         if not pa.types.is_struct(column_type):
             raise SchemaError(f"column 'value' is {column_type}, topic {topic!r} has a "
                               f"{schema.kind.name} schema: write a struct of its fields")
-        _check_record(column_type, json.loads(schema.definition), "value", topic)
+        _check_record(column_type, json.loads(schema.definition), "value", topic, {})
         return
     want = schema.arrow_type(topic)
     if not _convertible(column_type, want):
@@ -349,7 +381,8 @@ def check_writable(column_type: pa.DataType, schema: TopicSchema, topic: str) ->
                           f"{schema.kind.name} schema ({want})")
 
 
-def _check_record(t: pa.StructType, avro: dict, where: str, topic: str) -> None:
+def _check_record(t: pa.StructType, avro: dict, where: str, topic: str, named: dict
+                  ) -> None:
     have = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
     names = {f["name"] for f in avro["fields"]}
     extra = sorted(set(have) - names)
@@ -365,13 +398,13 @@ def _check_record(t: pa.StructType, avro: dict, where: str, topic: str) -> None:
                 raise SchemaError(f"column {where!r} lacks field {name!r}, which topic "
                                   f"{topic!r}'s schema needs (no default)")
             continue
-        want, _ = avro_field_type(ftype, f"{where}.{name}")
+        want, _ = avro_field_type(ftype, f"{where}.{name}", named)
         got = have[name]
         if pa.types.is_struct(want) and pa.types.is_struct(got):
             branch = ftype if not isinstance(ftype, list) else next(
                 b for b in ftype if b != "null")
             if isinstance(branch, dict) and branch.get("type") == "record":
-                _check_record(got, branch, f"{where}.{name}", topic)
+                _check_record(got, branch, f"{where}.{name}", topic, named)
                 continue
         if not _convertible(got, want):
             raise SchemaError(f"column {where!r}: field {name!r} is {got}, topic {topic!r}'s "

@@ -11,6 +11,8 @@ import base64
 import datetime as dt
 import decimal
 
+from pulsar_txn.schemas import recall, remember
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)
 _EPOCH_DAY = dt.date(1970, 1, 1)
@@ -29,24 +31,26 @@ def from_json(value, avro, where: str = "value", named: dict | None = None):
             return from_json(value, branches[0], where, named)
         return float(value) if isinstance(value, decimal.Decimal) else value  # float|double
     if isinstance(avro, str):
-        if avro in named:
-            return from_json(value, named[avro], where, named)
+        known = recall(named, avro)
+        if known is not None:
+            return from_json(value, known, where, named)
         if avro == "bytes":
             return base64.b64decode(value) if isinstance(value, str) else bytes(value)
         if value is None and avro != "null":
             raise ValueError(f"{where} is null")
         if avro in ("int", "long"):
-            if isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal)) or (
-                    isinstance(value, decimal.Decimal) and value != value.to_integral_value()):
+            if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal)
+                                                         ) or value != int(value):
                 raise ValueError(f"{where} is {value!r}, not an {avro}")
             return int(value)
-        if avro in ("float", "double") and isinstance(value, (int, decimal.Decimal)) and (
-                not isinstance(value, bool)):
+        if isinstance(value, decimal.Decimal) or (
+                avro in ("float", "double") and isinstance(value, int)
+                and not isinstance(value, bool)):
             return float(value)
         return value
     kind, logical = avro["type"], avro.get("logicalType")
     if kind == "record":
-        named[avro["name"]] = avro
+        remember(named, avro, avro)
         if not isinstance(value, dict):
             raise ValueError(f"{where} is not an object")
         out = {}
@@ -60,9 +64,11 @@ def from_json(value, avro, where: str = "value", named: dict | None = None):
                 raise ValueError(f"{where}.{name} is missing and has no default")
         return out
     if kind in ("enum", "fixed"):
-        named[avro["name"]] = avro
+        remember(named, avro, avro)
     if value is None:
         raise ValueError(f"{where} is null")
+    if isinstance(value, decimal.Decimal) and logical != "decimal":
+        value = float(value)  # 1.7e12 for a timestamp: a number, as before
     if kind == "array":
         return [from_json(v, avro["items"], f"{where}[]", named) for v in value]
     if kind == "map":
@@ -93,22 +99,27 @@ def to_json(value, avro, named: dict | None = None):
         branches = [b for b in avro if b != "null"]
         return to_json(value, branches[0], named) if len(branches) == 1 else value
     if isinstance(avro, str):
-        if avro in named:
-            return to_json(value, named[avro], named)
+        known = recall(named, avro)
+        if known is not None:
+            return to_json(value, known, named)
         if avro == "bytes":
             return base64.b64encode(value).decode()
         return value
     kind, logical = avro["type"], avro.get("logicalType")
     if kind == "record":
-        named[avro["name"]] = avro
+        remember(named, avro, avro)
         # a field the column lacks takes its default, as Avro's writer fills it
         return {f["name"]: (to_json(value[f["name"]], f["type"], named) if f["name"] in value
                             else f["default"])
                 for f in avro["fields"] if f["name"] in value or "default" in f}
     if kind in ("enum", "fixed"):
-        named[avro["name"]] = avro
+        remember(named, avro, avro)
     if kind == "array":
         return [to_json(v, avro["items"], named) for v in value]
+    if isinstance(value, int) and logical in ("timestamp-millis", "timestamp-micros", "date",
+                                              "local-timestamp-millis",
+                                              "local-timestamp-micros"):
+        return value  # a default: already the number Jackson writes
     if kind == "map":
         return {k: to_json(v, avro["values"], named) for k, v in value.items()}
     if logical in ("timestamp-millis", "timestamp-micros"):
@@ -127,3 +138,59 @@ def to_json(value, avro, named: dict | None = None):
     if kind == "fixed":
         return base64.b64encode(value).decode()
     return to_json(value, kind, named)
+
+
+def with_defaults(value, avro, named: dict | None = None):
+    """``value`` with every record field it lacks set to the field's Avro default, as
+    Avro's writer fills it (a ``bytes`` or ``fixed`` default is a string of code points
+    0-255, per the Avro spec), so the JSON a sink writes carries what Java's reader of
+    the Avro payload would see."""
+    named = {} if named is None else named
+    if value is None:
+        return None
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        return with_defaults(value, branches[0], named) if len(branches) == 1 else value
+    if isinstance(avro, str):
+        known = recall(named, avro)
+        return with_defaults(value, known, named) if known is not None else value
+    kind = avro["type"]
+    if kind == "record":
+        remember(named, avro, avro)
+        if not isinstance(value, dict):
+            return value
+        out = dict(value)
+        for f in avro["fields"]:
+            if f["name"] in out:
+                out[f["name"]] = with_defaults(out[f["name"]], f["type"], named)
+            elif "default" in f:
+                out[f["name"]] = _default(f["default"], f["type"], named)
+        return out
+    if kind in ("enum", "fixed"):
+        remember(named, avro, avro)
+    if kind == "array" and isinstance(value, list):
+        return [with_defaults(v, avro["items"], named) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: with_defaults(v, avro["values"], named) for k, v in value.items()}
+    return value
+
+
+def _default(default, avro, named: dict):
+    if default is None:
+        return None
+    if isinstance(avro, list):  # a union's default is of its first branch
+        return _default(default, avro[0], named)
+    if isinstance(avro, str):
+        known = recall(named, avro)
+        if known is not None:
+            return _default(default, known, named)
+        return default.encode("latin-1") if avro == "bytes" else default
+    if avro["type"] in ("bytes", "fixed") and isinstance(default, str):
+        raw = default.encode("latin-1")
+        if avro.get("logicalType") == "decimal":
+            scale = int(avro.get("scale", 0))
+            return decimal.Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        return raw
+    if avro["type"] == "record":
+        return with_defaults(default, avro, named)
+    return default

@@ -202,6 +202,26 @@ def avro_toavro_field_type(avro, where: str) -> pa.DataType:
     return t
 
 
+def remember(named: dict, avro: dict, value) -> None:
+    """A named Avro type (record, enum, fixed) kept under its name, its full name and its
+    short name: a later field may refer to it by either (Java's ReflectData names a
+    nested enum in its class's namespace, then refers to it by full name)."""
+    name = avro["name"]
+    named[name] = value
+    if "." in name:
+        named[name.rsplit(".", 1)[1]] = value
+    elif "namespace" in avro:
+        named[f"{avro['namespace']}.{name}"] = value
+
+
+def recall(named: dict, name: str):
+    """What ``remember`` kept for ``name`` (a full name whose namespace was inherited
+    is found by its short name), or None."""
+    if name in named:
+        return named[name]
+    return named.get(name.rsplit(".", 1)[1]) if "." in name else None
+
+
 def avro_field_type(avro, where: str, named: dict | None = None, view: str = "column"
                     ) -> tuple[pa.DataType, bool]:
     """(Arrow type, nullable) of an Avro field's type. ``view``: ``column`` (what the
@@ -222,10 +242,9 @@ def avro_field_type(avro, where: str, named: dict | None = None, view: str = "co
         raise SchemaError(f"field {where!r}: a union of {kinds} has no column type here "
                           "(only a union with null, int|long or float|double)")
     if isinstance(avro, str):
-        if avro in named:
-            return named[avro], False
-        if "." in avro and avro.rsplit(".", 1)[1] in named:  # by full name, declared short
-            return named[avro.rsplit(".", 1)[1]], False
+        known = recall(named, avro)
+        if known is not None:
+            return known, False
         simple = {"null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(),
                   "long": pa.int64(), "float": pa.float32(), "double": pa.float64(),
                   "bytes": pa.binary(), "string": pa.string()}
@@ -256,15 +275,11 @@ def avro_field_type(avro, where: str, named: dict | None = None, view: str = "co
             ft, nullable = avro_field_type(f["type"], f"{where}.{f['name']}", named, view)
             fields.append(pa.field(f["name"], ft, nullable=nullable))
         t = pa.struct(fields)
-        named[avro["name"]] = t
-        if "namespace" in avro:
-            named[f"{avro['namespace']}.{avro['name']}"] = t
+        remember(named, avro, t)
         return t, False
     if kind in ("enum", "fixed"):
         t = pa.string() if kind == "enum" else pa.binary()
-        named[avro["name"]] = t
-        if "namespace" in avro:
-            named[f"{avro['namespace']}.{avro['name']}"] = t
+        remember(named, avro, t)
         return t, False
     if kind == "array":
         it, nullable = avro_field_type(avro["items"], f"{where}[]", named, view)

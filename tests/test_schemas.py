@@ -384,3 +384,105 @@ def test_a_value_too_wide_for_the_planned_column_names_its_message():
                                       pa.struct([("x", pa.decimal128(10, 2))])), wide)
     with pytest.raises(SchemaError, match=r"message 1:1:-1 \(schema version 0\)"):
         decode_column(payloads, [0, 0], narrow, lambda v: narrow, "t", _ids(2))
+
+
+# ---- found by the second review (helper-22) of the fixes above ----
+TSM = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def test_a_json_record_named_again_by_its_full_name_is_converted_as_the_first():
+    d = {"type": "record", "name": "Trip", "namespace": "com.ex", "fields": [
+        {"name": "src", "type": {"type": "record", "name": "Point", "fields": [
+            {"name": "at", "type": TSM}, {"name": "raw", "type": "bytes"},
+            {"name": "x", "type": "double"}]}},
+        {"name": "dst", "type": "com.ex.Point"}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(d))
+    point = b'{"at":1700000000000,"raw":"AAE=","x":2.5}'
+    col = decode_column([b'{"src":' + point + b',"dst":' + point + b'}'], [0], schema,
+                        lambda v: schema, "t", _ids(1))
+    row = col.to_pylist()[0]
+    assert row["src"] == row["dst"] and row["dst"]["raw"] == b"\x00\x01"
+    assert row["dst"]["at"].year == 2023
+
+
+def test_a_sliced_batch_with_arrays_encodes():
+    s = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "X", "fields": [
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "ts", "type": {"type": "array", "items": TSM}}]}))
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    col = pa.array([{"tags": ["a"], "ts": [at]}, {"tags": ["b", "c"], "ts": [at, at]}],
+                   pa.struct([("tags", pa.list_(pa.string())),
+                              ("ts", pa.list_(pa.timestamp("us", tz="UTC")))]))
+    out = encode_column(col.slice(1), s, "t")
+    back = decode_column(out, [0], s, lambda v: s, "t", _ids(1)).to_pylist()
+    assert back == [{"tags": ["b", "c"], "ts": [at, at]}]
+
+
+def test_the_json_sink_writes_a_missing_bytes_fields_default():
+    d = {"type": "record", "name": "X", "fields": [
+        {"name": "a", "type": "int"}, {"name": "b", "type": "bytes", "default": "hi"}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(d))
+    out = encode_column(pa.array([{"a": 1}], pa.struct([("a", pa.int32())])), schema, "t")
+    back = decode_column(out, [0], schema, lambda v: schema, "t", _ids(1)).to_pylist()
+    assert back == [{"a": 1, "b": b"hi"}]
+
+
+def test_a_date_column_writes_to_a_timestamp_topic():
+    day = pa.array([dt.date(2024, 1, 2)], pa.date32())
+    assert encode_column(day, TopicSchema(Kind.TIMESTAMP), "t") == [
+        struct.pack(">q", 1704153600000)]
+
+
+def test_an_old_version_with_a_logical_type_the_planned_one_dropped_reads_its_long():
+    def version(t):
+        return TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "T", "fields": [
+            {"name": "t", "type": t}]}))
+    v0, v1 = version(TSM), version("long")
+    at = dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=dt.timezone.utc)
+    old = encode_column(pa.array([{"t": at}], pa.struct([("t", pa.timestamp("us", "UTC"))])),
+                        v0)
+    got = decode_column(old, [0], v1, {0: v0, 1: v1}.__getitem__, "t", _ids(1))
+    assert got.to_pylist() == [{"t": 1704164645678}]
+
+
+def test_json_numbers_with_a_point_read_for_long_logical_types():
+    d = {"type": "record", "name": "E", "fields": [{"name": "t", "type": TSM}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(d))
+    got = decode_column([b'{"t":1.7e12}'], [0], schema, lambda v: schema, "t", _ids(1))
+    assert got.to_pylist()[0]["t"].year == 2023
+
+
+def test_a_primitive_version_of_another_type_names_the_topic_and_message():
+    with pytest.raises(SchemaError, match=r"topic 'persistent://t/n/x': message 1:0:-1"):
+        decode_column([struct.pack(">d", 1.5)], [1], TopicSchema(Kind.INT64),
+                      lambda v: TopicSchema(Kind.DOUBLE), "persistent://t/n/x", _ids(1))
+
+
+def test_a_record_type_used_twice_by_short_name_is_writable():
+    inner = {"type": "record", "name": "Inner", "fields": [{"name": "v", "type": "int"}]}
+    s = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "O", "fields": [
+        {"name": "a", "type": inner}, {"name": "b", "type": "Inner"}]}))
+    t = pa.struct([("a", pa.struct([("v", pa.int32())])), ("b", pa.struct([("v", pa.int32())]))])
+    check_writable(t, s, "t")
+    out = encode_column(pa.array([{"a": {"v": 1}, "b": {"v": 2}}], t), s, "t")
+    assert decode_column(out, [0], s, lambda v: s, "t", _ids(1)).to_pylist() == [
+        {"a": {"v": 1}, "b": {"v": 2}}]
+
+
+def test_a_maps_naive_timestamps_do_not_depend_on_the_executors_zone(monkeypatch):
+    import time
+    s = TopicSchema(Kind.AVRO, json.dumps({"type": "record", "name": "M", "fields": [
+        {"name": "m", "type": {"type": "map", "values": TSM}}]}))
+    t = pa.struct([("m", pa.map_(pa.string(), pa.timestamp("us")))])
+    col = pa.array([{"m": [("k", dt.datetime(2024, 1, 1, 3, 4))]}], t)
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        out = encode_column(col, s, "t")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    raw = fastavro.schemaless_reader(io.BytesIO(out[0]), fastavro.parse_schema(
+        {"type": "record", "name": "M", "fields": [{"name": "m", "type": {
+            "type": "map", "values": "long"}}]}), None)
+    assert raw == {"m": {"k": 1704078240000}}  # 2024-01-01T03:04 as UTC, like a field

@@ -94,9 +94,10 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
 
 def _column_types(planned: TopicSchema, target: pa.DataType, topic: str) -> tuple:
     """(built as, cast through, target): Avro's rows are built from the integers it
-    stores, then cast through the schema's own units."""
+    stores, then cast through the schema's own units; the cast also refuses a null in a
+    non-nullable field, which building alone lets through."""
     if planned.kind is not Kind.AVRO:
-        return target, target, target
+        return target, None, target
     definition = json.loads(planned.definition)
     return (avro_field_type(definition, topic, view="physical")[0],
             avro_field_type(definition, topic, view="units")[0], target)
@@ -105,7 +106,7 @@ def _column_types(planned: TopicSchema, target: pa.DataType, topic: str) -> tupl
 def _column(rows: list, types: tuple) -> pa.Array:
     built, units, target = types
     column = pa.array(rows, type=built)
-    if built == target:
+    if units is None:
         return column
     return column.cast(units).cast(target) if units != target else column.cast(target)
 
@@ -288,9 +289,10 @@ def _avro_ready(column: pa.Array, avro, named: dict) -> pa.Array:
             mask=column.is_null())
     if avro.get("type") in ("enum", "fixed"):
         remember(named, avro, avro)
-    if avro.get("type") in ("array", "map") and '"logicalType"' in json.dumps(avro):
+    if avro.get("type") in ("array", "map"):
         # timestamps in a list or a map take a field's path (fastavro's own conversion
-        # reads a naive one in the executor's zone); a slice is copied to offset 0 first
+        # reads a naive one in the executor's zone), whether the items' type is spelled
+        # out or named; a slice is copied to offset 0 first
         if pa.types.is_list(t):
             column = pa.concat_arrays([column]) if column.offset else column
             items = _avro_ready(column.values, avro["items"], named)

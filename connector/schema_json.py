@@ -67,8 +67,13 @@ def from_json(value, avro, where: str = "value", named: dict | None = None):
         remember(named, avro, avro)
     if value is None:
         raise ValueError(f"{where} is null")
+    if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                   "local-timestamp-micros", "date") and (
+            isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal))
+            or value != int(value)):
+        raise ValueError(f"{where} is {value!r}, not a whole number of the {logical} unit")
     if isinstance(value, decimal.Decimal) and logical != "decimal":
-        value = float(value)  # 1.7e12 for a timestamp: a number, as before
+        value = int(value) if logical else float(value)  # 1.7e12 for a timestamp reads
     if kind == "array":
         return [from_json(v, avro["items"], f"{where}[]", named) for v in value]
     if kind == "map":

@@ -486,3 +486,62 @@ def test_a_maps_naive_timestamps_do_not_depend_on_the_executors_zone(monkeypatch
         {"type": "record", "name": "M", "fields": [{"name": "m", "type": {
             "type": "map", "values": "long"}}]}), None)
     assert raw == {"m": {"k": 1704078240000}}  # 2024-01-01T03:04 as UTC, like a field
+
+
+# ---- found by the third review (helper-23) ----
+
+def test_a_list_of_a_record_named_earlier_floors_its_naive_timestamps_as_a_field(
+        monkeypatch):
+    import time
+    d = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": {"type": "record", "name": "P", "fields": [
+            {"name": "at", "type": TSM}]}},
+        {"name": "b", "type": {"type": "array", "items": "P"}}]}
+    p = pa.struct([("at", pa.timestamp("us"))])
+    x = dt.datetime(2024, 1, 1, 3, 4)
+    col = pa.array([{"a": {"at": x}, "b": [{"at": x}]}],
+                   pa.struct([("a", p), ("b", pa.list_(p))]))
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        out = encode_column(col, TopicSchema(Kind.AVRO, json.dumps(d)), "t")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    longs = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": {"type": "record", "name": "P", "fields": [
+            {"name": "at", "type": "long"}]}},
+        {"name": "b", "type": {"type": "array", "items": "P"}}]}
+    raw = fastavro.schemaless_reader(io.BytesIO(out[0]), fastavro.parse_schema(longs), None)
+    assert raw == {"a": {"at": 1704078240000}, "b": [{"at": 1704078240000}]}
+
+
+def test_two_types_of_one_short_name_decode_right_or_fail_named_never_wrong():
+    """com.x.Item and com.x.Order.Item, then a field of type "Item": the short name's
+    lookup may pick the other one; the payload must then fail, named, not read {qty:
+    None} with "b" lost."""
+    d = {"type": "record", "name": "Order", "namespace": "com.x", "fields": [
+        {"name": "first", "type": {"type": "record", "name": "Item", "fields": [
+            {"name": "sku", "type": "string"}]}},
+        {"name": "line", "type": {"type": "record", "name": "Item",
+                                  "namespace": "com.x.Order", "fields": [
+                                      {"name": "qty", "type": "int"}]}},
+        {"name": "second", "type": "Item"}]}
+    schema = TopicSchema(Kind.AVRO, json.dumps(d))
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(d), {
+        "first": {"sku": "a"}, "line": {"qty": 2}, "second": {"sku": "b"}})
+    try:
+        got = decode_column([buf.getvalue()], [0], schema, lambda v: schema, "t", _ids(1))
+    except SchemaError as e:
+        assert "message 1:0:-1" in str(e)
+    else:
+        assert got.to_pylist() == [{"first": {"sku": "a"}, "line": {"qty": 2},
+                                    "second": {"sku": "b"}}]
+
+
+def test_json_fractional_timestamps_are_refused_named():
+    d = {"type": "record", "name": "E", "fields": [{"name": "t", "type": TSM}]}
+    schema = TopicSchema(Kind.JSON, json.dumps(d))
+    with pytest.raises(SchemaError, match=r"message 1:0:-1 .*value.t"):
+        decode_column([b'{"t":1700000000000.7}'], [0], schema, lambda v: schema, "t", _ids(1))

@@ -2,7 +2,13 @@
 ``Schema.AVRO(Order.class)`` writes records the Spark source returns as typed columns,
 and the sink's struct rows are read back by a Java consumer with the same schema.
 The Java side is the peer benchmark's v4 module (benchmarks/peer, built by Maven).
-Reference broker only: pulsar-lite keeps no schema registry."""
+Reference broker only: pulsar-lite keeps no schema registry.
+
+The Java producer also writes *in pulsar-txn transactions*: this project has no Java
+client, so the test plays the part a Java participant's library would (the protocol of
+docs/durability.md): it opens the transaction, registers the Java writer on the segment
+before the first append, hands the writer the append properties, records the first
+position the producer reports, and ends the transaction with the one CAS."""
 
 from __future__ import annotations
 
@@ -12,6 +18,9 @@ from pathlib import Path
 
 import pytest
 from spark_helpers import source_df
+
+from pulsar_txn.records import Position, txn_properties
+from pulsar_txn.topics import normalize_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -59,3 +68,33 @@ def test_java_avro_records_read_typed_and_the_sinks_rows_read_by_a_java_consumer
     got = java_peer("consume", broker.service_url, topic, "5")
     assert sorted(got) == sorted(["0,java-0", "1,java-1", "2,java-2", "10,spark-10",
                                   "11,null"])
+
+
+def test_java_avro_records_written_in_transactions_read_committed_and_typed(
+        java_peer, spark, client, broker, redis_server, namespace, topic_name):
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    topic = topic_name("java-avro-txn")
+    segment, writer = normalize_topic(topic), "java-orders-1"
+    store, tc = client.store, client.coordinator
+
+    def java_txn(first: int, n: int, commit: bool) -> None:
+        txn = tc.new_transaction().txn_id
+        wire = store.register_write(txn, segment, writer)  # before the first append
+        props = txn_properties(txn, writer, store.deployment, wire)
+        out = java_peer("produce-props", broker.service_url, topic, str(n), str(first),
+                        *(f"{k}={v}" for k, v in props.items()))
+        ledger, entry = out[-1].removeprefix("first ").split(":")
+        store.record_write(txn, segment, writer, Position(int(ledger), int(entry)), None)
+        if commit:
+            tc.commit(txn, [writer], [segment], made=(1, 0))
+        else:
+            tc.abort(txn, [segment])
+
+    java_txn(0, 3, commit=True)
+    java_txn(100, 2, commit=False)  # aborted: its records are never returned
+    java_txn(3, 2, commit=True)
+    df = source_df(spark, broker, redis_server, namespace, stream=False, topic=topic)
+    assert df.schema["value"].dataType.simpleString() == "struct<id:int,name:string>"
+    assert sorted(tuple(r) for r in df.select("value.id", "value.name").collect()) == [
+        (i, f"java-{i}") for i in range(5)]

@@ -3,6 +3,7 @@ package io.github.pulsartxn.peer.v4;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageIdAdv;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Schema;
@@ -15,6 +16,11 @@ import org.apache.pulsar.client.api.SubscriptionInitialPosition;
  * <pre>
  *   produce SERVICE_URL TOPIC N      sends Order(id=i, name="java-i") for i in 0..N-1
  *   consume SERVICE_URL TOPIC N      prints "id,name" of the first N records, one a line
+ *   produce-props SERVICE_URL TOPIC N FIRST K=V...
+ *                                    sends Order(id=FIRST+i, name="java-FIRST+i") for i in
+ *                                    0..N-1 with the properties K=V (a pulsar-txn append's:
+ *                                    the test opened the transaction and registered this
+ *                                    writer), then prints "first LEDGER:ENTRY" of the first
  * </pre>
  */
 public final class SchemaPeer {
@@ -40,7 +46,27 @@ public final class SchemaPeer {
         String topic = args[2];
         int n = Integer.parseInt(args[3]);
         try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build()) {
-            if (mode.equals("produce")) {
+            if (mode.equals("produce-props")) {
+                int first = Integer.parseInt(args[4]);
+                java.util.Map<String, String> props = new java.util.HashMap<>();
+                for (int a = 5; a < args.length; a++) {
+                    String[] kv = args[a].split("=", 2);
+                    props.put(kv[0], kv[1]);
+                }
+                try (Producer<Order> p = client.newProducer(Schema.AVRO(Order.class))
+                        .topic(topic).enableBatching(false).create()) {
+                    MessageIdAdv firstId = null;
+                    for (int i = first; i < first + n; i++) {
+                        MessageIdAdv id = (MessageIdAdv) p.newMessage().value(
+                                new Order(i, "java-" + i)).properties(props).send();
+                        if (firstId == null) {
+                            firstId = id;
+                        }
+                    }
+                    System.out.println("first " + firstId.getLedgerId() + ":"
+                            + firstId.getEntryId());
+                }
+            } else if (mode.equals("produce")) {
                 try (Producer<Order> p = client.newProducer(Schema.AVRO(Order.class))
                         .topic(topic).create()) {
                     for (int i = 0; i < n; i++) {

@@ -361,25 +361,30 @@ def _encode_fixed(column: pa.Array, kind: Kind) -> list[bytes]:
     return [raw[i:i + width] for i in range(0, len(raw), width)]
 
 
-def check_writable(column_type: pa.DataType, schema: TopicSchema, topic: str) -> None:
+def check_writable(column_type: pa.DataType, schema: TopicSchema, topic: str,
+                   column: str = "value") -> None:
     """Refuse a ``value`` column the topic's schema cannot take, before anything is
     written: a field the schema needs (no default) that the column lacks, or a field
-    whose type cannot be converted. Named: the column, the field, the topic."""
+    whose type cannot be converted. Named: the column, the field, the topic. A
+    KEY_VALUE schema's value is checked here, its key by the caller (``column='key'``)."""
+    if schema.is_key_value and schema.value is not None:
+        check_writable(column_type, schema.value, topic, column)
+        return
     if schema.is_bytes:
         if not (pa.types.is_binary(column_type) or pa.types.is_string(column_type)):
-            raise SchemaError(f"column 'value' is {column_type}, topic {topic!r} has no "
+            raise SchemaError(f"column {column!r} is {column_type}, topic {topic!r} has no "
                               "schema: write binary or string, or a struct (an Avro schema "
                               "is derived and registered)")
         return
     if schema.is_record:
         if not pa.types.is_struct(column_type):
-            raise SchemaError(f"column 'value' is {column_type}, topic {topic!r} has a "
+            raise SchemaError(f"column {column!r} is {column_type}, topic {topic!r} has a "
                               f"{schema.kind.name} schema: write a struct of its fields")
-        _check_record(column_type, json.loads(schema.definition), "value", topic, {})
+        _check_record(column_type, json.loads(schema.definition), column, topic, {})
         return
     want = schema.arrow_type(topic)
     if not _convertible(column_type, want):
-        raise SchemaError(f"column 'value' is {column_type}, topic {topic!r} has a "
+        raise SchemaError(f"column {column!r} is {column_type}, topic {topic!r} has a "
                           f"{schema.kind.name} schema ({want})")
 
 

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import _pulsar
 import fastavro
 import pyarrow as pa
 
-from pulsar_txn.errors import ConfigError
+from pulsar_txn.admin import admin_request
+from pulsar_txn.errors import AdminError, ConfigError
 
 
 class Kind(IntEnum):
@@ -81,10 +85,15 @@ TEMPORAL = TIMESTAMPS + ("date",)
 @dataclass(frozen=True)
 class TopicSchema:
     """One version of a topic's schema: its type and, for Avro and JSON, the Avro
-    definition (JSON text) the registry holds."""
+    definition (JSON text) the registry holds. A KEY_VALUE schema holds the key's and
+    the value's schemas and whether the key travels apart (SEPARATED: in the message
+    key, base64) or inside the payload (INLINE: both, each after its int32 length)."""
 
     kind: Kind
     definition: str = ""
+    key: TopicSchema | None = None
+    value: TopicSchema | None = None
+    separated: bool = False
 
     @property
     def is_bytes(self) -> bool:
@@ -93,6 +102,15 @@ class TopicSchema:
     @property
     def is_record(self) -> bool:
         return self.kind in RECORD_KINDS
+
+    @property
+    def is_key_value(self) -> bool:
+        return self.kind is Kind.KEY_VALUE
+
+    @property
+    def value_schema(self) -> TopicSchema:
+        """The schema of the ``value`` column: a KEY_VALUE schema's value, else itself."""
+        return self.value if self.value is not None else self
 
     def parsed(self):
         """The Avro schema, parsed by fastavro (records only)."""
@@ -112,6 +130,9 @@ class TopicSchema:
             return FIXED_WIDTH[self.kind][1]
         if self.is_record:
             return avro_toavro_field_type(json.loads(self.definition), topic or "value")
+        if self.is_key_value and self.key is not None and self.value is not None:
+            self.key.arrow_type(topic)  # a key with no column type fails here, named
+            return self.value.arrow_type(topic)
         raise SchemaError(f"topic {topic!r} has a {self.kind.name} schema, which "
                           "pulsar-txn maps to no column type yet: the source reads it with "
                           "valueSchema=bytes, the sink writes it from a binary value column "
@@ -122,7 +143,14 @@ class TopicSchema:
         return _pulsar.SchemaInfo(_pulsar.SchemaType(int(self.kind)), name,
                                   self.definition)
 
+    def key_arrow_type(self, topic: str = "") -> pa.DataType:
+        """The ``key`` column's type: a KEY_VALUE schema's key, else the message key."""
+        return self.key.arrow_type(topic) if self.key is not None else pa.string()
+
     def describe(self) -> str:
+        if self.is_key_value and self.key is not None and self.value is not None:
+            return (f"KEY_VALUE({'SEPARATED' if self.separated else 'INLINE'}) "
+                    f"key {self.key.describe()}, value {self.value.describe()}")
         return self.kind.name if not self.is_record else f"{self.kind.name} {self.definition}"
 
 
@@ -156,12 +184,20 @@ def _without_logical(avro, drop: tuple[str, ...]):
 
 # ---- the registry ----
 
+AdminGet = Callable[[str], Any]  # a GET on the broker's REST admin API: path -> JSON
+
+
 def lookup(native_client: _pulsar.Client, topic: str, version: int = -1,
-           timeout_s: float = 5.0) -> TopicSchema:
+           timeout_s: float = 5.0, admin: AdminGet | None = None) -> TopicSchema:
     """A topic's schema (``version`` -1: the latest) from the broker's registry; BYTES
     when the topic has none (the broker answers TopicNotFound then). A broker that does
     not answer in ``timeout_s`` raises RegistrySilent (the lookup itself ends with the
-    client's operation timeout, in the background)."""
+    client's operation timeout, in the background).
+
+    pulsar-client's lookup drops a schema's properties, which alone say a KEY_VALUE
+    schema's key and value types and encoding, and fails on a binary definition (a
+    KEY_VALUE one's lengths); those are read from the REST admin API (``admin``), and
+    without one refused, named."""
     out: list = []
 
     def ask() -> None:
@@ -177,6 +213,9 @@ def lookup(native_client: _pulsar.Client, topic: str, version: int = -1,
         raise RegistrySilent(f"topic {topic!r}: the broker did not answer a schema lookup in "
                              f"{timeout_s:g} s (pulsar-lite keeps no schema registry)")
     got = out[0]
+    if isinstance(got, UnicodeDecodeError) or (
+            not isinstance(got, Exception) and int(got.schema_type()) == Kind.KEY_VALUE):
+        return lookup_admin(admin, topic, version)
     if isinstance(got, _pulsar.TopicNotFound):
         if version >= 0:
             raise SchemaError(f"topic {topic!r}: the registry has no schema version {version}")
@@ -191,6 +230,69 @@ def lookup(native_client: _pulsar.Client, topic: str, version: int = -1,
                           "version") from None
     text = got.schema() if kind in RECORD_KINDS else ""
     return TopicSchema(kind, text)
+
+
+def admin_get(admin_url: str | None, auth=None, timeout_s: float = 10.0) -> AdminGet | None:
+    """The REST lookups ``lookup`` needs for KEY_VALUE schemas; None without a URL."""
+    if not admin_url:
+        return None
+    def get(path: str):
+        return admin_request(admin_url, "GET", path, timeout=timeout_s, auth=auth)
+    return get
+
+
+def lookup_admin(admin: AdminGet | None, topic: str, version: int) -> TopicSchema:
+    if admin is None:
+        raise SchemaError(
+            f"topic {topic!r} has a schema pulsar-client's lookup cannot read whole (a "
+            "KEY_VALUE schema: its key and value types are in properties the lookup drops); "
+            "set option 'admin.url' (the broker's REST admin API) to read or write it "
+            "typed, or read it with valueSchema=bytes")
+    domain, _, rest = topic.rpartition("://")
+    parts = rest.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    path = "/admin/v2/schemas/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
+    path += "/schema" + (f"/{version}" if version >= 0 else "")
+    try:
+        body = admin(path)
+    except AdminError as e:
+        if e.status == 404 and version >= 0:
+            raise SchemaError(f"topic {topic!r}: the registry has no schema version "
+                              f"{version}") from None
+        raise SchemaError(f"topic {topic!r}: the schema could not be read from the REST "
+                          f"admin API (option 'admin.url'): {e}") from None
+    return from_admin_body(body, topic)
+
+
+def from_admin_body(body: dict, topic: str) -> TopicSchema:
+    """A schema as the REST admin API returns it (``GetSchemaResponse``): a KEY_VALUE
+    schema's data is ``{"key": ..., "value": ...}``, its types in the properties."""
+    try:
+        kind = Kind[body["type"]]
+    except KeyError:
+        raise SchemaError(f"topic {topic!r}: schema type {body.get('type')!r} is unknown "
+                          "to this version") from None
+    if kind is not Kind.KEY_VALUE:
+        return TopicSchema(kind, body.get("data", "") if kind in RECORD_KINDS else "")
+    props = body.get("properties") or {}
+    data = json.loads(body.get("data") or "{}")
+
+    def part(which: str) -> TopicSchema:
+        name = props.get(f"{which}.schema.type", "BYTES")
+        try:
+            k = Kind[name]
+        except KeyError:
+            raise SchemaError(f"topic {topic!r}: the KEY_VALUE schema's {which} has type "
+                              f"{name!r}, unknown to this version") from None
+        if k is Kind.KEY_VALUE:
+            raise SchemaError(f"topic {topic!r}: a KEY_VALUE schema nested in a KEY_VALUE "
+                              f"schema's {which} has no column type here")
+        d = data.get(which, "")
+        return TopicSchema(k, (d if isinstance(d, str) else json.dumps(d))
+                           if k in RECORD_KINDS else "")
+    return TopicSchema(Kind.KEY_VALUE, "", part("key"), part("value"),
+                       props.get("kv.encoding.type", "INLINE").upper() == "SEPARATED")
 
 
 # ---- Avro -> Arrow ----

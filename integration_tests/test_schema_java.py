@@ -98,3 +98,56 @@ def test_java_avro_records_written_in_transactions_read_committed_and_typed(
     assert df.schema["value"].dataType.simpleString() == "struct<id:int,name:string>"
     assert sorted(tuple(r) for r in df.select("value.id", "value.name").collect()) == [
         (i, f"java-{i}") for i in range(5)]
+
+
+def _kv_source(spark, broker, redis_server, namespace, topic, **opts):
+    return source_df(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                     **opts)
+
+
+@pytest.mark.parametrize("encoding", ["INLINE", "SEPARATED"])
+def test_java_key_value_records_read_as_typed_key_and_value_columns(
+        java_peer, spark, client, broker, redis_server, namespace, topic_name, encoding):
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    topic = topic_name(f"java-kv-{encoding.lower()}")
+    del client  # it made the test's namespace (a reader never makes one)
+    assert java_peer("produce-kv", broker.service_url, topic, "3", encoding) == ["produced 3"]
+    with pytest.raises(Exception, match=r"KEY_VALUE.*option 'admin.url'"):
+        _kv_source(spark, broker, redis_server, namespace, topic).collect()
+    df = _kv_source(spark, broker, redis_server, namespace, topic,
+                    **{"admin.url": broker.admin_url})
+    assert df.schema["key"].dataType.simpleString() == "int"
+    assert df.schema["value"].dataType.simpleString() == "struct<id:int,name:string>"
+    assert sorted(tuple(r) for r in df.select("key", "value.id", "value.name").collect()) == [
+        (i, i, f"java-{i}") for i in range(3)]
+
+
+def test_key_value_rows_round_trip_source_to_sink_to_java_and_back(
+        java_peer, spark, client, broker, redis_server, namespace, topic_name):
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    src, out, sep = (topic_name(f"kv-{n}") for n in ("src", "out", "sep"))
+    del client
+    admin = {"admin.url": broker.admin_url}
+    java_peer("produce-kv", broker.service_url, src, "3", "INLINE")
+    java_peer("produce-kv", broker.service_url, out, "0", "INLINE")  # registers the schema
+    java_peer("produce-kv", broker.service_url, sep, "0", "SEPARATED")
+    rows = _kv_source(spark, broker, redis_server, namespace, src, **admin).select(
+        "key", "value")
+
+    def write(df, topic):
+        (df.write.format("pulsar-txn").option("service.url", broker.service_url)
+         .option("metastore.url", redis_server.url).option("metastore.namespace", namespace)
+         .option("admin.url", broker.admin_url).option("topic", topic).mode("append").save())
+
+    write(rows, out)
+    assert sorted(java_peer("consume-kv", broker.service_url, out, "3", "INLINE")) == [
+        f"{i},{i},java-{i}" for i in range(3)]
+    back = _kv_source(spark, broker, redis_server, namespace, out, **admin)
+    assert sorted(tuple(r) for r in back.select("key", "value.id", "value.name").collect()) == [
+        (i, i, f"java-{i}") for i in range(3)]
+    with pytest.raises(Exception, match=r"SEPARATED KEY_VALUE schema: the sink cannot write"):
+        write(rows, sep)
+    with pytest.raises(Exception, match=r"KEY_VALUE schema .*needs a 'key' column"):
+        write(rows.select("value"), out)

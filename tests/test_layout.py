@@ -265,7 +265,7 @@ LAYERS = [
     ("metastore", ["pulsar_txn.metastore", "pulsar_txn.metastore.*"]),
     ("broker edges", ["pulsar_txn.broker_io", "pulsar_txn.admin", "pulsar_txn.connection",
                       "pulsar_txn.entry_acks", "pulsar_txn.schemas", "pulsar_txn.schema_codec",
-                      "pulsar_txn.schema_json"]),
+                      "pulsar_txn.schema_json", "pulsar_txn.schema_key_value"]),
     ("roles", ["pulsar_txn.buffer", "pulsar_txn.coordinator", "pulsar_txn.pending_ack",
                "pulsar_txn.writer", "pulsar_txn.transaction", "pulsar_txn.readers",
                "pulsar_txn.consumer", "pulsar_txn.producer", "pulsar_txn.metrics",

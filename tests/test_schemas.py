@@ -15,8 +15,21 @@ import pyarrow as pa
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String
 
-from pulsar_txn.schema_codec import check_writable, decode_column, encode_column
-from pulsar_txn.schemas import BYTES, Kind, SchemaError, TopicSchema, arrow_to_avro
+from pulsar_txn.schema_codec import (
+    check_writable,
+    decode_column,
+    encode_column,
+)
+from pulsar_txn.schema_key_value import decode_key_values, encode_key_values
+from pulsar_txn.schemas import (
+    BYTES,
+    Kind,
+    SchemaError,
+    TopicSchema,
+    arrow_to_avro,
+    from_admin_body,
+    lookup_admin,
+)
 
 
 class Order(Record):
@@ -545,3 +558,96 @@ def test_json_fractional_timestamps_are_refused_named():
     schema = TopicSchema(Kind.JSON, json.dumps(d))
     with pytest.raises(SchemaError, match=r"message 1:0:-1 .*value.t"):
         decode_column([b'{"t":1700000000000.7}'], [0], schema, lambda v: schema, "t", _ids(1))
+
+
+# ---- KEY_VALUE (as the REST admin API describes it and Java's KeyValueSchema writes) ----
+
+_JAVA_ORDER = {"type": "record", "name": "Order", "namespace": "io.github.pulsartxn.peer",
+               "fields": [{"name": "id", "type": "int"},
+                          {"name": "name", "type": ["null", "string"], "default": None}]}
+
+
+def _kv_body(encoding: str, version: int = 0) -> dict:
+    """A GetSchemaResponse as Apache Pulsar 4.0.7 answers it for a Java producer's
+    Schema.KeyValue(Schema.INT32, Schema.AVRO(Order.class), encoding)."""
+    return {"version": version, "type": "KEY_VALUE",
+            "data": json.dumps({"key": "", "value": _JAVA_ORDER}),
+            "properties": {"key.schema.type": "INT32", "key.schema.name": "INT32",
+                           "value.schema.type": "AVRO", "value.schema.name": "",
+                           "key.schema.properties": "{}", "value.schema.properties": "{}",
+                           "kv.encoding.type": encoding}}
+
+
+def _java_order(i: int) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(_JAVA_ORDER),
+                               {"id": i, "name": f"java-{i}"})
+    return buf.getvalue()
+
+
+def test_key_value_schema_is_read_from_the_admin_apis_properties():
+    kv = from_admin_body(_kv_body("SEPARATED"), "t")
+    assert kv.kind is Kind.KEY_VALUE and kv.separated
+    assert kv.key == TopicSchema(Kind.INT32) and kv.value.kind is Kind.AVRO
+    assert kv.key_arrow_type("t") == pa.int32()
+    assert kv.arrow_type("t") == pa.struct([pa.field("id", pa.int32(), nullable=False),
+                                            pa.field("name", pa.string())])
+    assert not from_admin_body(_kv_body("INLINE"), "t").separated
+
+
+def test_inline_key_values_decode_as_javas_keyvalue_schema_wrote_them():
+    kv = from_admin_body(_kv_body("INLINE"), "t")
+    java = [struct.pack(">i", 4) + struct.pack(">i", i) + struct.pack(">i", len(v)) + v
+            for i, v in ((i, _java_order(i)) for i in range(3))]
+    null_value = struct.pack(">i", 4) + struct.pack(">i", 9) + struct.pack(">i", -1)
+    keys, values = decode_key_values(java + [null_value], [None] * 4, [0] * 4, kv,
+                                     {0: kv}.__getitem__, "t", _ids(4))
+    assert keys.to_pylist() == [0, 1, 2, 9]
+    assert values.to_pylist() == [{"id": i, "name": f"java-{i}"} for i in range(3)] + [None]
+
+
+def test_separated_keys_are_read_from_the_base64_message_key():
+    kv = from_admin_body(_kv_body("SEPARATED"), "t")
+    keys, values = decode_key_values([_java_order(0), _java_order(1)], ["AAAAAA==", "AAAAAQ=="],
+                                     [0, 0], kv, {0: kv}.__getitem__, "t", _ids(2))
+    assert keys.to_pylist() == [0, 1]
+    assert [v["name"] for v in values.to_pylist()] == ["java-0", "java-1"]
+    with pytest.raises(SchemaError, match=r"message 1:0:-1's key is not the base64"):
+        decode_key_values([_java_order(0)], ["not base64!"], [0], kv, {0: kv}.__getitem__,
+                          "t", _ids(1))
+
+
+def test_a_key_value_payload_that_is_not_one_is_named_never_sliced_wrongly():
+    kv = from_admin_body(_kv_body("INLINE"), "t")
+    for bad in (b"", b"\x00\x00\x00\x04ab", struct.pack(">ii", 0, 5) + b"abc",
+                struct.pack(">i", 4) + struct.pack(">i", 1) + struct.pack(">i", 1) + b"xy"):
+        with pytest.raises(SchemaError, match=r"topic 't': message 1:0:-1 is not an INLINE"):
+            decode_key_values([bad], [None], [0], kv, {0: kv}.__getitem__, "t", _ids(1))
+
+
+def test_a_version_that_is_not_the_planned_key_value_fails_named():
+    inline, separated = (from_admin_body(_kv_body(e), "t") for e in ("INLINE", "SEPARATED"))
+    payload = struct.pack(">i", 4) + struct.pack(">i", 1) + struct.pack(">i", 0)
+    with pytest.raises(SchemaError, match=r"schema version 1 is KEY_VALUE\(SEPARATED\).*"
+                                          r"incompatible change"):
+        decode_key_values([payload], [None], [1], inline, {1: separated}.__getitem__, "t",
+                          _ids(1))
+
+
+def test_inline_key_values_encode_as_javas_keyvalue_schema_writes_them():
+    kv = from_admin_body(_kv_body("INLINE"), "t")
+    keys = pa.array([0, 1, None], pa.int32())
+    values = pa.array([{"id": 0, "name": "java-0"}, None, {"id": 2, "name": None}],
+                      kv.arrow_type("t"))
+    wire = encode_key_values(keys, values, kv, "t")
+    assert wire[0] == (struct.pack(">i", 4) + struct.pack(">i", 0)
+                       + struct.pack(">i", len(_java_order(0))) + _java_order(0))
+    assert wire[1] == struct.pack(">ii", 4, 1) + struct.pack(">i", -1)
+    assert wire[2][:4] == struct.pack(">i", -1)
+    k, v = decode_key_values(wire, [None] * 3, [-1] * 3, kv, {}.__getitem__, "t", _ids(3))
+    assert k.to_pylist() == [0, 1, None] and v.to_pylist() == values.to_pylist()
+
+
+def test_a_key_value_schema_without_admin_url_is_refused_naming_the_option():
+    with pytest.raises(SchemaError, match=r"topic 't' has a schema .*KEY_VALUE.*'admin.url'"):
+        lookup_admin(None, "t", -1)

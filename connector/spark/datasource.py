@@ -113,6 +113,9 @@ class PulsarTxnDataSource(DataSource):
         The query's driver collects finalized transactions older than this (and aborts
         expired ones, finishes cleanups a dead committer left), so a Spark-only
         deployment needs no other sweeper. Replays stay correct after this GC.
+    admin.url : —
+        The broker's REST admin URL (``http://host:8080``), to read a ``KEY_VALUE``
+        topic's schema when typed ``key`` and ``value`` columns are written to it.
     sink.fault : —
         Test seam for crash injection (``pulsar_txn.spark.faults``); never set in
         production.
@@ -120,7 +123,8 @@ class PulsarTxnDataSource(DataSource):
         Spark's own; ``path`` is an alias of ``topic`` for ``save(path)``; ``queryName``
         is what ``writeStream.queryName(…)`` passes.
 
-    Input columns: ``value`` (binary or string, required), ``key`` (string or binary),
+    Input columns: ``value`` (binary or string, required; or typed), ``key`` (string or
+    binary; typed for a ``KEY_VALUE`` topic),
     ``properties`` (map<string,string>), ``eventTime`` (timestamp), ``topic`` (string).
 
     Source options
@@ -135,7 +139,8 @@ class PulsarTxnDataSource(DataSource):
         metastore.
     admin.url : —
         The broker's REST admin URL (``http://host:8080``), to list topics for
-        ``topicsPattern``; pulsar-lite has none.
+        ``topicsPattern`` and to read a ``KEY_VALUE`` topic's schema (typed ``key`` and
+        ``value`` columns); pulsar-lite has none.
     subscription : —
         Streaming only: after Spark commits a micro-batch, this Pulsar subscription is
         moved (cumulative ack, Failover) to the batch's end on every segment, so backlog

@@ -46,7 +46,8 @@ SPARK = {"path", "checkpointlocation", "queryname"}
 COMMON = {"service.url", "metastore.url", "metastore.namespace",
           "pulsar.client.authpluginclassname", "pulsar.client.authparams"} | SPARK
 SINK = COMMON | {"topic", "transaction.timeout.ms", "sink.id", "sink.id.rebind", "sink.fault",
-                 "transactional", "transaction.retention.ms", "schemalookuptimeoutms"}
+                 "transactional", "transaction.retention.ms", "schemalookuptimeoutms",
+                 "admin.url"}
 SOURCE = COMMON | {"transaction.retention.ms",
                    "topic", "topics", "topicspattern", "startingoffsets", "endingoffsets",
                    "maxrecordspertrigger", "maxbytespertrigger", "minrecordspertrigger",
@@ -194,6 +195,7 @@ class SinkOptions:
     transactional: bool = True  # false: plain at-least-once appends (a benchmark baseline)
     value_schema: TopicSchema | None = None  # a typed value's (sink_schema.py); None: bytes
     schema_lookup_timeout_ms: int = 2_000
+    admin_url: str | None = field(default=None, repr=False)  # may hold credentials
     fault: str = ""  # test seam: "crash-after-commit:<batchId>" / "crash-before-commit:<batchId>"
 
     @classmethod
@@ -221,6 +223,7 @@ class SinkOptions:
             fault=opts.get("sink.fault", ""),
             schema_lookup_timeout_ms=int_option(opts, "schemalookuptimeoutms", 2_000,
                                                 minimum=1),
+            admin_url=check_admin_url(opts.get("admin.url"), "option 'admin.url'"),
             rebind=bool_option(opts, "sink.id.rebind", False),
             retention_ms=int_option(opts, "transaction.retention.ms", 3_600_000),
             transactional=bool_option(opts, "transactional", True),

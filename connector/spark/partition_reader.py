@@ -17,12 +17,13 @@ import pyarrow as pa
 
 from pulsar_txn.broker_io import scan
 from pulsar_txn.buffer import TransactionBuffer, Verdict
-from pulsar_txn.connection import naming
+from pulsar_txn.connection import admin_auth, naming
 from pulsar_txn.deployments import SKIP_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import FOREIGN, PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
 from pulsar_txn.schema_codec import decode_column
-from pulsar_txn.schemas import TopicSchema, lookup
+from pulsar_txn.schema_key_value import decode_key_values
+from pulsar_txn.schemas import AdminGet, TopicSchema, admin_get, lookup
 from pulsar_txn.spark.logs import configure_logging
 
 from .offsets import SegmentPartition, decode
@@ -89,10 +90,12 @@ class _Columns:
             props_arr = pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
                                                 _NO_STRINGS, _NO_STRINGS)
         # only committed rows are decoded: an aborted write may be anything
-        value = (pa.array(values, pa.binary()) if typed is None
-                 else typed.column(values, versions, ids))
+        if typed is None:
+            key, value = pa.array(keys, pa.string()), pa.array(values, pa.binary())
+        else:
+            key, value = typed.columns(keys, values, versions, ids)
         return pa.RecordBatch.from_arrays([
-            pa.array(keys, pa.string()), value,
+            key, value,
             pa.array([topic] * n, pa.string()), pa.array([segment] * n, pa.string()),
             pa.array(ids, pa.string()),
             pa.array(np.asarray(publish, np.int64) * 1000, _TS),
@@ -106,8 +109,9 @@ class TypedValues:
     each was written with (looked up once per worker), resolved into the planned one."""
 
     def __init__(self, planned: TopicSchema, topic: str, client, timeout_s: float,
-                 service_url: str) -> None:
+                 service_url: str, admin: AdminGet | None = None) -> None:
         self.planned = planned
+        self._admin = admin
         self.topic = topic
         self._client = client
         self._timeout_s = timeout_s
@@ -115,18 +119,35 @@ class TypedValues:
         # per range read, not per worker: a topic deleted and made again numbers its
         # versions from 0 again, and a kept worker must not decode with the old ones
         self._versions: dict[int, TopicSchema] = {}
-        self.arrow_schema = ARROW_SCHEMA.set(1, pa.field("value", planned.arrow_type(topic)))
+        self.arrow_schema = ARROW_SCHEMA.set(1, pa.field("value", planned.arrow_type(topic))
+                                             ).set(0, pa.field("key",
+                                                               planned.key_arrow_type(topic)))
 
     def version(self, v: int) -> TopicSchema:
         got = self._versions.get(v)
         if got is None:
             with naming(self._service_url, what=f"looking up schema version {v} of {self.topic}"):
                 got = self._versions[v] = lookup(self._client._client, self.topic, v,
-                                                 self._timeout_s)
+                                                 self._timeout_s, self._admin)
         return got
 
-    def column(self, values: list, versions: list, ids: list) -> pa.Array:
-        return decode_column(values, versions, self.planned, self.version, self.topic, ids)
+    def columns(self, keys: list, values: list, versions: list, ids: list
+                ) -> tuple[pa.Array, pa.Array]:
+        """The ``key`` and ``value`` columns (a KEY_VALUE schema types both)."""
+        if self.planned.is_key_value:
+            return decode_key_values(values, keys, versions, self.planned, self.version,
+                                     self.topic, ids)
+        return (pa.array(keys, pa.string()),
+                decode_column(values, versions, self.planned, self.version, self.topic, ids))
+
+
+def schema_admin(opts) -> AdminGet | None:
+    """The REST lookups of KEY_VALUE schemas (option 'admin.url', with the binary
+    protocol's credentials); None without the option."""
+    if not getattr(opts, "admin_url", None):
+        return None
+    return admin_get(opts.admin_url, admin_auth(opts.auth_plugin, opts.auth_params,
+                                                opts.client))
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -237,7 +258,7 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
     planned = opts.planned
     typed = (None if planned is None or planned.is_bytes else
              TypedValues(planned, topic, client, opts.schema_lookup_timeout_ms / 1000,
-                         opts.service_url))
+                         opts.service_url, schema_admin(opts)))
     tags, note_foreign, deployment = state.tags, state.note_foreign, state.deployment
     try:
         rows = _Columns()

@@ -24,6 +24,7 @@ from pulsar_txn.schema_codec import check_writable
 from pulsar_txn.schemas import Kind, RegistrySilent, TopicSchema, arrow_to_avro, lookup
 
 from .options import SinkOptions, client_kwargs
+from .partition_reader import schema_admin
 
 log = logging.getLogger("pulsar_txn.spark.sink")
 
@@ -48,40 +49,77 @@ def with_sink_schema(opts: SinkOptions, schema, roles: dict[str, str]) -> SinkOp
     """Options carrying the value's schema to the tasks (None: bytes, today's path)."""
     field = schema[roles["value"]]
     if not is_typed(field.dataType.simpleString()):
+        if "key" in roles and is_typed(schema[roles["key"]].dataType.simpleString()):
+            raise ConfigError(f"column 'key' is {schema[roles['key']].dataType.simpleString()}"
+                              ": a typed key is written only with a typed 'value' column to "
+                              "a KEY_VALUE topic; write the key as string or binary")
         return opts
     if not opts.topic or opts.topic.startswith("topic://") or "topic" in roles:
         raise ConfigError("a typed 'value' column (struct or primitive) needs option 'topic' "
                           "naming one plain or partitioned topic (not a 'topic' column or a "
                           "topic:// topic yet); write binary to route rows")
     arrow_t = to_arrow_type(field.dataType, timezone="UTC")  # instants: any zone reads
-    key = (opts.service_url, opts.topic, str(arrow_t))
+    key_t = (to_arrow_type(schema[roles["key"]].dataType, timezone="UTC") if "key" in roles
+             else None)
+    key = (opts.service_url, opts.topic, str(arrow_t), str(key_t))
     with _lock:
         cached = _PLANS.get(key)
     if cached is not None and time.monotonic() - cached[0] < _PLAN_TTL_S:
         return replace(opts, value_schema=cached[1])
-    planned = plan(opts, arrow_t)
+    planned = plan(opts, arrow_t, key_t)
     with _lock:
         _PLANS[key] = (time.monotonic(), planned)
     return replace(opts, value_schema=planned)
 
 
-def plan(opts: SinkOptions, arrow_t: pa.DataType) -> TopicSchema:
+def plan(opts: SinkOptions, arrow_t: pa.DataType, key_t: pa.DataType | None = None
+         ) -> TopicSchema:
     """The topic's schema if it has one (the column checked against it, named), else
     one derived from the column."""
     client = pulsar.Client(opts.service_url, **client_kwargs(opts))
     try:
         with naming(opts.service_url, what=f"looking up the schema of {opts.topic}"):
             topic_schema = lookup(client._client, opts.topic,
-                                  timeout_s=opts.schema_lookup_timeout_ms / 1000)
+                                  timeout_s=opts.schema_lookup_timeout_ms / 1000,
+                                  admin=schema_admin(opts))
     except RegistrySilent as e:
         log.warning("%s; the sink derives the value's schema from the DataFrame", e)
         topic_schema = None
     finally:
         client.close()
+    if topic_schema is not None and topic_schema.is_key_value:
+        check_key_value(topic_schema, arrow_t, key_t, opts.topic)
+        return topic_schema
+    if key_t is not None and not (pa.types.is_string(key_t) or pa.types.is_binary(key_t)):
+        has = ("no" if topic_schema is None or topic_schema.is_bytes
+               else f"a {topic_schema.kind.name}")
+        raise ConfigError(f"column 'key' is {key_t} and topic {opts.topic!r} has {has} "
+                          "schema: only a KEY_VALUE topic takes a typed key; write the key "
+                          "as string or binary")
     if topic_schema is not None and not topic_schema.is_bytes:
         check_writable(arrow_t, topic_schema, opts.topic)
         return topic_schema
     return derived(arrow_t, opts.topic)
+
+
+def check_key_value(topic_schema: TopicSchema, arrow_t: pa.DataType,
+                    key_t: pa.DataType | None, topic: str) -> None:
+    """A KEY_VALUE topic takes the ``key`` column under the key's schema and the
+    ``value`` column under the value's, INLINE (both in the payload, as Java's
+    KeyValueSchema writes them). SEPARATED is refused: Java reads such a key only from
+    a message key marked base64, a mark pulsar-client's Python producer cannot set."""
+    if topic_schema.separated:
+        raise ConfigError(
+            f"topic {topic!r} has a SEPARATED KEY_VALUE schema: the sink cannot write it "
+            "(Java's consumer reads the key from a message key marked base64, which "
+            "pulsar-client's Python producer cannot mark); use an INLINE KEY_VALUE topic, "
+            "or write a binary value column you encode yourself")
+    if key_t is None:
+        raise ConfigError(f"topic {topic!r} has a KEY_VALUE schema "
+                          f"({topic_schema.describe()[:300]}): the DataFrame needs a 'key' "
+                          f"column of its key's type ({topic_schema.key_arrow_type(topic)})")
+    check_writable(key_t, topic_schema.key, topic, "key")
+    check_writable(arrow_t, topic_schema, topic)
 
 
 def derived(arrow_t: pa.DataType, topic: str) -> TopicSchema:

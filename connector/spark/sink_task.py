@@ -30,7 +30,12 @@ from pulsar_txn.errors import AppendFailed, ConfigError, TxnNotFound
 from pulsar_txn.records import PROTOCOL_PREFIX, TxnId, sink_owner
 from pulsar_txn.scalable.admin import ScalableTopics
 from pulsar_txn.scalable.producer import ScalableProducer
-from pulsar_txn.schema_codec import REGISTERED_BY_PRODUCERS, EncodedSchema, encode_column
+from pulsar_txn.schema_codec import (
+    REGISTERED_BY_PRODUCERS,
+    EncodedSchema,
+    encode_column,
+)
+from pulsar_txn.schema_key_value import encode_key_values
 from pulsar_txn.schemas import TopicSchema
 from pulsar_txn.spark.logs import configure_logging
 from pulsar_txn.state import TxnState
@@ -82,7 +87,7 @@ def check_sink_schema(schema, opts: SinkOptions) -> dict[str, str]:
             _refuse_if_meant(f.name)
             continue
         type_name = f.dataType.simpleString()
-        if role == "value" and is_typed(type_name):
+        if role in ("value", "key") and is_typed(type_name):
             roles[role] = f.name  # written under a Pulsar schema (sink_schema.py)
             continue
         if type_name not in ACCEPTED[role]:
@@ -241,6 +246,8 @@ def wire_values(batch, roles: dict[str, str], schema: TopicSchema | None,
     if value.null_count:
         raise ConfigError("column 'value' is null in a row; the pulsar-txn sink needs a "
                           "value for every row")
+    if schema is not None and schema.is_key_value:  # key and value in the payload
+        return encode_key_values(batch.column(roles["key"]), value, schema, topic)
     if schema is not None:
         return encode_column(value, schema, topic)
     return (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()
@@ -252,7 +259,7 @@ def wire_columns(batch, roles: dict[str, str], schema: TopicSchema | None = None
     them: bytes, str, dict, epoch milliseconds; converted by Arrow, not row by row."""
     values = wire_values(batch, roles, schema, topic)
     keys = None
-    if "key" in roles:
+    if "key" in roles and not (schema is not None and schema.is_key_value):
         key = batch.column(roles["key"])
         keys = (key if pa.types.is_string(key.type) else key.cast(pa.string())).to_pylist()
     props = None
@@ -336,6 +343,8 @@ class _TaskWrites:
             cols["value"] = wire_values(batch, roles, self.opts.value_schema,
                                         self.default_topic or "")
         values, keys, props = cols["value"], cols.get("key"), cols.get("properties")
+        if self.opts.value_schema is not None and self.opts.value_schema.is_key_value:
+            keys = None  # written in the payload (INLINE)
         times, topics = cols.get("eventtime"), cols.get("topic")
         for i in range(batch.num_rows):
             v = values[i]

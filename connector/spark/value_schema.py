@@ -18,7 +18,7 @@ from pulsar_txn.errors import ConfigError
 from pulsar_txn.schemas import BYTES, RegistrySilent, TopicSchema, lookup
 
 from .options import SourceOptions, client_kwargs
-from .partition_reader import ARROW_SCHEMA
+from .partition_reader import ARROW_SCHEMA, schema_admin
 
 log = logging.getLogger("pulsar_txn.spark.source")
 
@@ -37,7 +37,8 @@ def plan_value_schema(opts: SourceOptions, strict: bool = False) -> TopicSchema:
             try:
                 with naming(opts.service_url, what=f"looking up the schema of {topic}"):
                     found[topic] = lookup(client._client, topic,
-                                          timeout_s=opts.schema_lookup_timeout_ms / 1000)
+                                          timeout_s=opts.schema_lookup_timeout_ms / 1000,
+                                          admin=schema_admin(opts))
             except RegistrySilent as e:
                 if strict:  # it answered when the query was defined: not a lite broker
                     raise RegistrySilent(f"{e} while the reader was made (it answered when "
@@ -58,8 +59,10 @@ def plan_value_schema(opts: SourceOptions, strict: bool = False) -> TopicSchema:
 
 
 def spark_schema(planned: TopicSchema, topic: str) -> StructType:
-    """The source's output schema with ``value`` typed by ``planned``."""
+    """The source's output schema with ``value`` typed by ``planned`` (and ``key``, by a
+    KEY_VALUE schema's key)."""
     return StructType([StructField(f.name, value_type(planned, topic) if f.name == "value"
+                                   else key_type(planned, topic) if f.name == "key"
                                    else from_arrow_type(f.type), True)
                        for f in ARROW_SCHEMA])
 
@@ -68,15 +71,21 @@ def value_type(planned: TopicSchema, topic: str) -> DataType:
     return from_arrow_type(planned.arrow_type(topic), prefer_timestamp_ntz=True)
 
 
+def key_type(planned: TopicSchema, topic: str) -> DataType:
+    return from_arrow_type(planned.key_arrow_type(topic), prefer_timestamp_ntz=True)
+
+
 def with_planned(opts: SourceOptions, schema: StructType | None) -> SourceOptions:
     """Options carrying the value's planned schema to the executors. Spark hands the
     reader the schema ``DataSource.schema`` returned; a topic whose schema changed in
     between (or since, for a restarted reader) fails here rather than decode wrongly."""
     want = None if schema is None else schema["value"].dataType
-    if want is None or want.typeName() == "binary":
+    if want is None or (want.typeName() == "binary"
+                        and schema["key"].dataType.typeName() == "string"):
         return replace(opts, planned=BYTES)
     planned = plan_value_schema(opts, strict=True)
-    if planned.is_bytes or value_type(planned, opts.topics[0]) != want:
+    if planned.is_bytes or value_type(planned, opts.topics[0]) != want or (
+            key_type(planned, opts.topics[0]) != schema["key"].dataType):
         raise ConfigError(f"topic(s) {', '.join(opts.topics)}: the value's schema changed "
                           f"while the query was being defined (it planned "
                           f"{want.simpleString()}, the registry now has "

@@ -8,6 +8,8 @@ import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.common.schema.KeyValue;
+import org.apache.pulsar.common.schema.KeyValueEncodingType;
 
 /**
  * A typed Java client for the schema tests (issue 29): what a Pulsar shop's Java
@@ -16,6 +18,11 @@ import org.apache.pulsar.client.api.SubscriptionInitialPosition;
  * <pre>
  *   produce SERVICE_URL TOPIC N      sends Order(id=i, name="java-i") for i in 0..N-1
  *   consume SERVICE_URL TOPIC N      prints "id,name" of the first N records, one a line
+ *   produce-kv SERVICE_URL TOPIC N INLINE|SEPARATED
+ *                                    sends KeyValue(i, Order(i, "java-i")) for i in 0..N-1
+ *                                    under Schema.KeyValue(Schema.INT32, Schema.AVRO(Order))
+ *   consume-kv SERVICE_URL TOPIC N INLINE|SEPARATED
+ *                                    prints "key,id,name" of the first N such records
  *   produce-props SERVICE_URL TOPIC N FIRST K=V...
  *                                    sends Order(id=FIRST+i, name="java-FIRST+i") for i in
  *                                    0..N-1 with the properties K=V (a pulsar-txn append's:
@@ -46,7 +53,37 @@ public final class SchemaPeer {
         String topic = args[2];
         int n = Integer.parseInt(args[3]);
         try (PulsarClient client = PulsarClient.builder().serviceUrl(args[1]).build()) {
-            if (mode.equals("produce-props")) {
+            if (mode.startsWith("produce-kv") || mode.startsWith("consume-kv")) {
+                Schema<KeyValue<Integer, Order>> kv = Schema.KeyValue(Schema.INT32,
+                        Schema.AVRO(Order.class), KeyValueEncodingType.valueOf(args[4]));
+                if (mode.equals("produce-kv")) {
+                    try (Producer<KeyValue<Integer, Order>> p = client.newProducer(kv)
+                            .topic(topic).create()) {
+                        for (int i = 0; i < n; i++) {
+                            p.send(new KeyValue<>(i, new Order(i, "java-" + i)));
+                        }
+                    }
+                    System.out.println("produced " + n);
+                    return;
+                }
+                try (Consumer<KeyValue<Integer, Order>> c = client.newConsumer(kv).topic(topic)
+                        .subscriptionName("java-check")
+                        .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                        .subscribe()) {
+                    for (int i = 0; i < n; i++) {
+                        Message<KeyValue<Integer, Order>> m = c.receive(30, TimeUnit.SECONDS);
+                        if (m == null) {
+                            System.err.println("timed out after " + i + " records");
+                            System.exit(3);
+                        }
+                        KeyValue<Integer, Order> got = m.getValue();
+                        Order o = got.getValue();
+                        System.out.println(got.getKey() + "," + (o == null ? "null"
+                                : o.id + "," + o.name));
+                        c.acknowledge(m);
+                    }
+                }
+            } else if (mode.equals("produce-props")) {
                 int first = Integer.parseInt(args[4]);
                 java.util.Map<String, String> props = new java.util.HashMap<>();
                 for (int a = 5; a < args.length; a++) {

@@ -89,6 +89,20 @@ def decode_column(values: Sequence[bytes], versions: Sequence[int], planned: Top
                           "to see it") from e
 
 
+def decode_nullable(values: Sequence[bytes | None], versions: Sequence[int],
+                    planned: TopicSchema, fetch: Fetch, topic: str, ids: Sequence[str]
+                    ) -> pa.Array:
+    """``decode_column`` where a payload may be None (a message Java sent with a null
+    value): the others decoded together, the nulls put back in place."""
+    where = [i for i, v in enumerate(values) if v is not None]
+    if len(where) == len(values):
+        return decode_column(values, versions, planned, fetch, topic, ids)
+    dense = decode_column([values[i] for i in where], [versions[i] for i in where],
+                          planned, fetch, topic, [ids[i] for i in where])
+    at = dict(zip(where, range(len(where))))
+    return dense.take(pa.array([at.get(i) for i in range(len(values))], pa.int32()))
+
+
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
 
 
@@ -220,7 +234,8 @@ def _bad(topic, ids, values, versions, dec, cause) -> SchemaError:
 
 # ---- encoding ----
 
-def encode_column(column: pa.Array, schema: TopicSchema, topic: str = "") -> list[bytes]:
+def encode_column(column: pa.Array, schema: TopicSchema, topic: str = "",
+                  name: str = "value") -> list[bytes]:
     """The payloads of a ``value`` column under the topic's schema; a value the schema
     cannot take fails the write naming the column and the topic."""
     try:
@@ -229,7 +244,7 @@ def encode_column(column: pa.Array, schema: TopicSchema, topic: str = "") -> lis
             ) as e:
         why = ("; ".join(map(str, e.errors)) if isinstance(e, fastavro.validation.ValidationError)
                else e)
-        raise SchemaError(f"column 'value' does not encode under topic {topic!r}'s "
+        raise SchemaError(f"column {name!r} does not encode under topic {topic!r}'s "
                           f"{schema.kind.name} schema: {type(e).__name__}: {why}") from e
 
 

@@ -8,31 +8,16 @@ test_schema_java.py (slow). pulsar-lite keeps no registry: skipped there."""
 from __future__ import annotations
 
 import json
-import urllib.parse
+import uuid
 
 import pulsar
 import pyarrow as pa
 import pytest
+from registry_helpers import ORDER, upload_key_value
 from spark_helpers import source_df
 
-from pulsar_txn.admin import admin_request
 from pulsar_txn.schema_key_value import decode_key_values, encode_key_values
 from pulsar_txn.schemas import Kind, SchemaError, TopicSchema, admin_get, lookup
-
-ORDER = {"type": "record", "name": "Order", "fields": [
-    {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"],
-                                    "default": None}]}
-
-
-def _upload_key_value(broker, topic: str, encoding: str = "INLINE") -> None:
-    parts = topic.split("://", 1)[1].split("/")
-    path = "/admin/v2/schemas/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
-    admin_request(broker.admin_url, "POST", path + "/schema", body={
-        "type": "KEY_VALUE", "schema": json.dumps({"key": "", "value": ORDER}),
-        "properties": {"key.schema.type": "STRING", "key.schema.name": "",
-                       "key.schema.properties": "{}", "value.schema.type": "AVRO",
-                       "value.schema.name": "", "value.schema.properties": "{}",
-                       "kv.encoding.type": encoding}})
 
 
 def _write_committed_and_aborted(client, topic: str, schema: TopicSchema) -> None:
@@ -61,7 +46,7 @@ def test_a_key_value_schema_is_looked_up_whole_and_its_payloads_read_committed(
     if broker.kind == "lite":
         pytest.skip("pulsar-lite keeps no schema registry")
     topic = topic_name("kv")
-    _upload_key_value(broker, topic)
+    upload_key_value(broker, topic)
     native = pulsar.Client(broker.service_url)
     try:
         with pytest.raises(SchemaError, match=r"KEY_VALUE.*option 'admin.url'"):
@@ -91,7 +76,7 @@ def test_spark_reads_a_key_value_topic_as_typed_key_and_value_read_committed(
     if broker.kind == "lite":
         pytest.skip("pulsar-lite keeps no schema registry")
     topic = topic_name("kv-spark")
-    _upload_key_value(broker, topic)
+    upload_key_value(broker, topic)
     native = pulsar.Client(broker.service_url)
     try:
         schema = lookup(native._client, topic, admin=admin_get(broker.admin_url))
@@ -103,3 +88,53 @@ def test_spark_reads_a_key_value_topic_as_typed_key_and_value_read_committed(
     assert df.schema["key"].dataType.simpleString() == "string"
     assert sorted(tuple(r) for r in df.select("key", "value.id", "value.name").collect()) == [
         (f"k{i}", i, f"n{i}") for i in range(3)]
+
+
+@pytest.mark.spark
+def test_a_key_value_topic_of_string_and_bytes_is_never_read_as_a_schemaless_one(
+        spark, client, broker, redis_server, namespace, topic_name):
+    """KEY_VALUE<STRING, BYTES> has the columns of a topic without a schema (key string,
+    value binary): the reader must still split each payload, not hand it out whole."""
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    topic = topic_name("kv-bytes")
+    upload_key_value(broker, topic, value="BYTES")
+    producer = client.create_producer(topic)
+    with client.transaction() as txn:
+        for i in range(2):
+            producer.send(b"\x00\x00\x00\x02k%d\x00\x00\x00\x03v-%d" % (i, i), txn=txn)
+    df = source_df(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                   **{"admin.url": broker.admin_url})
+    assert [f.dataType.simpleString() for f in df.schema.fields[:2]] == ["string", "binary"]
+    assert sorted((r.key, bytes(r.value)) for r in df.collect()) == [
+        ("k0", b"v-0"), ("k1", b"v-1")]
+    name = f"kv_bytes_{uuid.uuid4().hex[:8]}"  # the streaming reader is planned the same way
+    q = (source_df(spark, broker, redis_server, namespace, topic=topic,
+                   startingOffsets="earliest", **{"admin.url": broker.admin_url})
+         .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert sorted((r.key, bytes(r.value)) for r in spark.sql(f"SELECT * FROM {name}").collect()
+                  ) == [("k0", b"v-0"), ("k1", b"v-1")]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_string_key_and_value_columns_are_written_inline_to_a_key_value_topic(
+        spark, client, broker, redis_server, namespace, topic_name, plain_pulsar):
+    """String columns keep the binary path's speed (no lookup) unless 'admin.url' is
+    set; with it a KEY_VALUE<STRING, STRING> topic gets Java's INLINE layout."""
+    if broker.kind == "lite":
+        pytest.skip("pulsar-lite keeps no schema registry")
+    topic = topic_name("kv-strings")
+    upload_key_value(broker, topic, key="STRING", value="STRING")
+    rows = spark.createDataFrame([("k1", "v1"), ("k2", "")], "key string, value string")
+    (rows.write.format("pulsar-txn").option("service.url", broker.service_url)
+     .option("metastore.url", redis_server.url).option("metastore.namespace", namespace)
+     .option("admin.url", broker.admin_url).option("topic", topic).mode("append").save())
+    reader = plain_pulsar.create_reader(topic, pulsar.MessageId.earliest)
+    wire = sorted(reader.read_next(10_000).data() for _ in range(2))
+    reader.close()
+    assert wire == [b"\x00\x00\x00\x02k1\x00\x00\x00\x02v1", b"\x00\x00\x00\x02k2\x00\x00\x00\x00"]
+    back = source_df(spark, broker, redis_server, namespace, stream=False, topic=topic,
+                     **{"admin.url": broker.admin_url})
+    assert sorted((r.key, r.value) for r in back.collect()) == [("k1", "v1"), ("k2", "")]

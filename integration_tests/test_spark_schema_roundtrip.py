@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import struct
 import time
-import urllib.parse
 
 import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+from registry_helpers import upload
 from spark_helpers import source_df
 
 from pulsar_txn.admin import admin_request
@@ -90,15 +90,6 @@ def test_string_rows_round_trip_source_to_sink_to_source(
     assert sorted(_received(plain_pulsar, dst, StringSchema(), 3)) == ["", "three", "α"]
 
 
-def _upload(broker, topic: str, kind: str) -> None:
-    """A primitive schema registered as ``pulsar-admin schemas upload`` does (pulsar-client
-    registers none of them through a producer)."""
-    parts = topic.split("://", 1)[1].split("/")
-    path = "/admin/v2/schemas/" + "/".join(urllib.parse.quote(p, safe="") for p in parts)
-    admin_request(broker.admin_url, "POST", path + "/schema",
-                  body={"type": kind, "schema": "", "properties": {}})
-
-
 @pytest.mark.parametrize(("kind", "spark_type", "fmt", "values"), [
     ("INT64", "bigint", ">q", [-(2**63), -1, 0, 2**62 + 7]),
     ("DOUBLE", "double", ">d", [-1.5, 0.0, 3.25, 1e300])])
@@ -106,8 +97,8 @@ def test_primitive_rows_round_trip_source_to_sink_to_source(
         spark, client, broker, redis_server, namespace, topic_name, plain_pulsar,
         kind, spark_type, fmt, values):
     src, dst = topic_name(f"{kind.lower()}-in"), topic_name(f"{kind.lower()}-out")
-    _upload(broker, src, kind)
-    _upload(broker, dst, kind)
+    upload(broker, src, kind)
+    upload(broker, dst, kind)
     p = client.create_producer(src)
     with client.transaction() as txn:
         for v in values:

@@ -651,3 +651,49 @@ def test_inline_key_values_encode_as_javas_keyvalue_schema_writes_them():
 def test_a_key_value_schema_without_admin_url_is_refused_naming_the_option():
     with pytest.raises(SchemaError, match=r"topic 't' has a schema .*KEY_VALUE.*'admin.url'"):
         lookup_admin(None, "t", -1)
+
+
+def test_a_key_value_version_of_another_encoding_is_named_even_with_bytes_halves():
+    both_bytes = {"key.schema.type": "BYTES", "value.schema.type": "BYTES"}
+    inline = from_admin_body({**_kv_body("INLINE"), "properties": {
+        **both_bytes, "kv.encoding.type": "INLINE"}}, "t")
+    separated = from_admin_body({**_kv_body("SEPARATED"), "properties": {
+        **both_bytes, "kv.encoding.type": "SEPARATED"}}, "t")
+    # a SEPARATED payload is not an INLINE one: the version is named, not the layout
+    with pytest.raises(SchemaError, match=r"message 1:0:-1's schema version 3 is "
+                                          r"KEY_VALUE\(SEPARATED\).*incompatible change"):
+        decode_key_values([b"just the value"], ["AAAA"], [3], inline,
+                          {3: separated}.__getitem__, "t", _ids(1))
+
+
+def test_an_inline_length_below_minus_one_is_refused_as_java_refuses_it():
+    kv = from_admin_body(_kv_body("INLINE"), "t")
+    bad = struct.pack(">i", -2) + struct.pack(">i", 1) + b"v"
+    with pytest.raises(SchemaError, match=r"is not an INLINE KEY_VALUE payload"):
+        decode_key_values([bad], [None], [0], kv, {0: kv}.__getitem__, "t", _ids(1))
+
+
+def test_a_null_value_java_sent_reads_as_null_not_as_an_empty_payload():
+    kv = from_admin_body(_kv_body("SEPARATED"), "t")
+    keys, values = decode_key_values([_java_order(0), None], ["AAAAAA==", "AAAAAQ=="],
+                                     [0, 0], kv, {0: kv}.__getitem__, "t", _ids(2))
+    assert keys.to_pylist() == [0, 1] and values.to_pylist()[1] is None
+    inline = from_admin_body(_kv_body("INLINE"), "t")
+    keys, values = decode_key_values([None], [None], [0], inline, {0: inline}.__getitem__,
+                                     "t", _ids(1))
+    assert keys.to_pylist() == [None] and values.to_pylist() == [None]
+
+
+def test_a_key_that_does_not_encode_names_the_key_column():
+    kv = TopicSchema(Kind.KEY_VALUE, "", TopicSchema(Kind.AVRO, json.dumps(
+        {"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]})),
+        TopicSchema(Kind.STRING))
+    keys = pa.array([{"id": None}], pa.struct([pa.field("id", pa.int64())]))
+    with pytest.raises(SchemaError, match=r"column 'key' does not encode under topic 't'"):
+        encode_key_values(keys, pa.array(["v"]), kv, "t")
+
+
+def test_string_halves_encode_inline_as_javas_string_schema_writes_them():
+    kv = TopicSchema(Kind.KEY_VALUE, "", TopicSchema(Kind.STRING), TopicSchema(Kind.STRING))
+    assert encode_key_values(pa.array(["k", None]), pa.array(["vé", ""]), kv, "t") == [
+        b"\x00\x00\x00\x01k\x00\x00\x00\x03v\xc3\xa9", b"\xff\xff\xff\xff\x00\x00\x00\x00"]

@@ -115,7 +115,9 @@ class PulsarTxnDataSource(DataSource):
         deployment needs no other sweeper. Replays stay correct after this GC.
     admin.url : —
         The broker's REST admin URL (``http://host:8080``), to read a ``KEY_VALUE``
-        topic's schema when typed ``key`` and ``value`` columns are written to it.
+        topic's schema when ``key`` and ``value`` columns are written to it (typed ones
+        need it; with it string and binary ones are looked up too, without it they are
+        written as given).
     sink.fault : —
         Test seam for crash injection (``pulsar_txn.spark.faults``); never set in
         production.

@@ -21,7 +21,7 @@ from pulsar_txn.connection import admin_auth, naming
 from pulsar_txn.deployments import SKIP_OPTION, foreign_deployment, foreign_entries_error
 from pulsar_txn.errors import InvalidTxnId, SweeperAbsent
 from pulsar_txn.records import FOREIGN, PROP_TXN, PROTOCOL_PREFIX, TxnId, entry_txn
-from pulsar_txn.schema_codec import decode_column
+from pulsar_txn.schema_codec import decode_nullable
 from pulsar_txn.schema_key_value import decode_key_values
 from pulsar_txn.schemas import AdminGet, TopicSchema, admin_get, lookup
 from pulsar_txn.spark.logs import configure_logging
@@ -138,7 +138,7 @@ class TypedValues:
             return decode_key_values(values, keys, versions, self.planned, self.version,
                                      self.topic, ids)
         return (pa.array(keys, pa.string()),
-                decode_column(values, versions, self.planned, self.version, self.topic, ids))
+                decode_nullable(values, versions, self.planned, self.version, self.topic, ids))
 
 
 def schema_admin(opts) -> AdminGet | None:
@@ -292,9 +292,12 @@ def read_partition(opts: SourceOptions, part: SegmentPartition, chunk: int = CHU
                     rows.plain_props = True
                 rows.txns.append(t)
                 rows.keys.append(raw.partition_key() or None)
-                rows.values.append(raw.data())
+                data = raw.data()
                 if typed is not None:
                     rows.versions.append(raw.int_schema_version())
+                    if not data and raw.has_null_value():
+                        data = None  # Java's null value: a null, never an empty payload
+                rows.values.append(data)
                 rows.ids.append(f"{pos[0]}:{pos[1]}:{pos[2]}")
                 rows.publish.append(raw.publish_timestamp())
                 rows.event.append(raw.event_timestamp())

@@ -36,7 +36,7 @@ _PRIMITIVE = [(pa.types.is_boolean, Kind.BOOLEAN), (pa.types.is_int8, Kind.INT8)
               (pa.types.is_int64, Kind.INT64), (pa.types.is_float32, Kind.FLOAT),
               (pa.types.is_float64, Kind.DOUBLE), (pa.types.is_date32, Kind.DATE),
               (pa.types.is_timestamp, Kind.TIMESTAMP)]
-_PLANS: dict[tuple, tuple[float, TopicSchema]] = {}  # Spark makes a writer per micro-batch
+_PLANS: dict[tuple, tuple[float, TopicSchema | None]] = {}  # Spark makes a writer per micro-batch
 _PLAN_TTL_S = 30.0
 _lock = threading.Lock()
 
@@ -46,18 +46,21 @@ def is_typed(type_name: str) -> bool:
 
 
 def with_sink_schema(opts: SinkOptions, schema, roles: dict[str, str]) -> SinkOptions:
-    """Options carrying the value's schema to the tasks (None: bytes, today's path)."""
+    """Options carrying the value's schema to the tasks (None: bytes, today's path).
+    String and binary columns are looked up only with option 'admin.url' (then a
+    KEY_VALUE topic's STRING or BYTES halves are written as Java lays them out):
+    without it they keep today's path, no lookup, written as given."""
     field = schema[roles["value"]]
-    if not is_typed(field.dataType.simpleString()):
-        if "key" in roles and is_typed(schema[roles["key"]].dataType.simpleString()):
-            raise ConfigError(f"column 'key' is {schema[roles['key']].dataType.simpleString()}"
-                              ": a typed key is written only with a typed 'value' column to "
-                              "a KEY_VALUE topic; write the key as string or binary")
+    typed = is_typed(field.dataType.simpleString()) or (
+        "key" in roles and is_typed(schema[roles["key"]].dataType.simpleString()))
+    if not typed and not opts.admin_url:
         return opts
     if not opts.topic or opts.topic.startswith("topic://") or "topic" in roles:
-        raise ConfigError("a typed 'value' column (struct or primitive) needs option 'topic' "
-                          "naming one plain or partitioned topic (not a 'topic' column or a "
-                          "topic:// topic yet); write binary to route rows")
+        if not typed:
+            return opts  # rows routed by a column: bytes as given
+        raise ConfigError("a typed 'value' or 'key' column (struct or primitive) needs option "
+                          "'topic' naming one plain or partitioned topic (not a 'topic' "
+                          "column or a topic:// topic yet); write binary to route rows")
     arrow_t = to_arrow_type(field.dataType, timezone="UTC")  # instants: any zone reads
     key_t = (to_arrow_type(schema[roles["key"]].dataType, timezone="UTC") if "key" in roles
              else None)
@@ -66,16 +69,17 @@ def with_sink_schema(opts: SinkOptions, schema, roles: dict[str, str]) -> SinkOp
         cached = _PLANS.get(key)
     if cached is not None and time.monotonic() - cached[0] < _PLAN_TTL_S:
         return replace(opts, value_schema=cached[1])
-    planned = plan(opts, arrow_t, key_t)
+    planned = plan(opts, arrow_t, key_t, typed)
     with _lock:
         _PLANS[key] = (time.monotonic(), planned)
     return replace(opts, value_schema=planned)
 
 
-def plan(opts: SinkOptions, arrow_t: pa.DataType, key_t: pa.DataType | None = None
-         ) -> TopicSchema:
+def plan(opts: SinkOptions, arrow_t: pa.DataType, key_t: pa.DataType | None = None,
+         typed: bool = True) -> TopicSchema | None:
     """The topic's schema if it has one (the column checked against it, named), else
-    one derived from the column."""
+    one derived from the column. Untyped (string or binary) columns: the KEY_VALUE
+    schema of a KEY_VALUE topic, else None (written as given)."""
     client = pulsar.Client(opts.service_url, **client_kwargs(opts))
     try:
         with naming(opts.service_url, what=f"looking up the schema of {opts.topic}"):
@@ -90,6 +94,8 @@ def plan(opts: SinkOptions, arrow_t: pa.DataType, key_t: pa.DataType | None = No
     if topic_schema is not None and topic_schema.is_key_value:
         check_key_value(topic_schema, arrow_t, key_t, opts.topic)
         return topic_schema
+    if not typed:
+        return None
     if key_t is not None and not (pa.types.is_string(key_t) or pa.types.is_binary(key_t)):
         has = ("no" if topic_schema is None or topic_schema.is_bytes
                else f"a {topic_schema.kind.name}")

@@ -243,11 +243,11 @@ def wire_values(batch, roles: dict[str, str], schema: TopicSchema | None,
     """The payloads of an Arrow batch's value column: bytes as they are, a typed column
     encoded under its schema (a column at a time)."""
     value = batch.column(roles["value"])
+    if schema is not None and schema.is_key_value:  # key and value in the payload; a null
+        return encode_key_values(batch.column(roles["key"]), value, schema, topic)  # as Java
     if value.null_count:
         raise ConfigError("column 'value' is null in a row; the pulsar-txn sink needs a "
                           "value for every row")
-    if schema is not None and schema.is_key_value:  # key and value in the payload
-        return encode_key_values(batch.column(roles["key"]), value, schema, topic)
     if schema is not None:
         return encode_column(value, schema, topic)
     return (value if pa.types.is_binary(value.type) else value.cast(pa.binary())).to_pylist()

@@ -58,12 +58,22 @@ def plan_value_schema(opts: SourceOptions, strict: bool = False) -> TopicSchema:
     return planned
 
 
+# The key column's metadata when the topic has a KEY_VALUE schema: KEY_VALUE<STRING,
+# BYTES> has the columns of a topic without a schema (key string, value binary), which
+# with_planned would otherwise take for bytes without looking the schema up. Spark
+# hands the reader the schema it planned, metadata included (and Spark runs the
+# planning and the reader in different Python workers: nothing else carries over).
+KEY_VALUE_MARK = {"pulsar.schema": "KEY_VALUE"}
+
+
 def spark_schema(planned: TopicSchema, topic: str) -> StructType:
     """The source's output schema with ``value`` typed by ``planned`` (and ``key``, by a
     KEY_VALUE schema's key)."""
+    mark = KEY_VALUE_MARK if planned.is_key_value else None
     return StructType([StructField(f.name, value_type(planned, topic) if f.name == "value"
                                    else key_type(planned, topic) if f.name == "key"
-                                   else from_arrow_type(f.type), True)
+                                   else from_arrow_type(f.type), True,
+                                   mark if f.name == "key" else None)
                        for f in ARROW_SCHEMA])
 
 
@@ -81,7 +91,8 @@ def with_planned(opts: SourceOptions, schema: StructType | None) -> SourceOption
     between (or since, for a restarted reader) fails here rather than decode wrongly."""
     want = None if schema is None else schema["value"].dataType
     if want is None or (want.typeName() == "binary"
-                        and schema["key"].dataType.typeName() == "string"):
+                        and schema["key"].dataType.typeName() == "string"
+                        and schema["key"].metadata != KEY_VALUE_MARK):
         return replace(opts, planned=BYTES)
     planned = plan_value_schema(opts, strict=True)
     if planned.is_bytes or value_type(planned, opts.topics[0]) != want or (

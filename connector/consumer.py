@@ -78,6 +78,10 @@ class Consumer(GatedStream):
         # handed out, when their turn comes
         self._consumed: set[Key] = set()
         self._stash: list = []  # received, not yet checked against the claim table
+        # copies (redelivered, or of a message held or handed out): another copy may be
+        # consumed while this one waits, and the server's word of that (an invalidation)
+        # may still be on the wire; read again as it is handed out, never taken as is
+        self._at_risk: set[Key] = set()
         try:
             self.acks = PendingAckStore(side.store, self.segment, subscription,
                                         apply=self._apply_acks, redeliver=self._redeliver,
@@ -133,17 +137,16 @@ class Consumer(GatedStream):
         self._claims_seen = True
         keys = [_key(raw.message_id()) for raw in raws]
         positions = [Position(*k) for k in keys]
-        view = self._claim_reads.read(positions)
+        verdicts = self.acks.verdicts(self._claim_reads.read(positions), positions)
         out = []
-        for raw, k, p in zip(raws, keys, positions):
-            kind, _ = view.of(p)
+        for raw, k, p, (kind, _) in zip(raws, keys, positions, verdicts):
             if kind is ClaimKind.COMMITTED:
                 self._native.acknowledge(raw)
                 self._handed.pop(k, None)
                 self.reacked += 1
                 continue
-            if kind is ClaimKind.HELD:
-                self._claims_seen = True
+            if kind is ClaimKind.HELD or k in self._handed or raw.redelivery_count() > 0:
+                self._at_risk.add(k)  # another copy may be consumed before this one's turn
             if k in self._handed and self._copy_of_handed(k, raw):
                 continue
             if kind is ClaimKind.HELD and not self.acks.claimed_by_own(p):
@@ -185,10 +188,13 @@ class Consumer(GatedStream):
         store only if the claim table may have changed since it was last read (the
         server says when it did: ClaimReads), and then for every held message at
         once; on subscriptions with transactional claims only."""
+        risky = k in self._at_risk
+        if risky:
+            self._at_risk.discard(k)
         if k in self._consumed:
             kind = ClaimKind.COMMITTED
             self._consumed.discard(k)
-        elif self._claim_reads.unchanged():
+        elif not risky and self._claim_reads.unchanged():
             return False  # as read when it was received, or by a re-check since
         else:
             kind = self._recheck(head, k)
@@ -207,19 +213,20 @@ class Consumer(GatedStream):
         held = self.held_keys()
         positions = [Position(*x) for x in (k, *held)]
         try:
-            view = self._claim_reads.read(positions)
+            verdicts = self.acks.verdicts(self._claim_reads.read(positions), positions)
         except BaseException:
             self.unread(head)  # never dropped: handed out (and checked) next time
             raise
         if len(self._consumed) > 4 * DRAIN:  # of messages skipped, never handed out
             self._consumed.clear()
-        for x, q in zip(held, positions[1:]):
-            kind, _ = view.of(q)
+        if len(self._at_risk) > 100 * DRAIN:  # copies that never came: forget them
+            self._at_risk.clear()
+        for x, q, (kind, _) in zip(held, positions[1:], verdicts[1:]):
             if kind is ClaimKind.COMMITTED:
                 self._consumed.add(x)
             elif kind is ClaimKind.HELD and not self.acks.claimed_by_own(q):
                 self._held_elsewhere.add(x)
-        return view.of(positions[0])[0]
+        return verdicts[0][0]
 
     def acknowledge(self, message: TxnMessage, txn: Transaction | None = None) -> None:
         k = _key(message.native_id)
@@ -332,8 +339,7 @@ class Consumer(GatedStream):
             if p in deferred and self._holder_alive(deferred[p]):
                 raise AckConflict(p, deferred[p], AckConflictReason.HELD)
         view = self.side.store.claims_of(self.segment, self.subscription, positions)
-        for p in positions:
-            kind, holder = view.of(p)
+        for p, (kind, holder) in zip(positions, self.acks.verdicts(view, positions)):
             if kind is ClaimKind.COMMITTED:
                 raise AckConflict(p, holder, AckConflictReason.COMMITTED if holder
                                   else AckConflictReason.ON_CURSOR)

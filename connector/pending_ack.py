@@ -33,7 +33,14 @@ from pulsar_txn.errors import (
     TxnNotOpen,
 )
 from pulsar_txn.metastore.base import MetadataStore
-from pulsar_txn.metastore.claims import AckRecord, ack_order, check_subscription, covers
+from pulsar_txn.metastore.claims import (
+    AckRecord,
+    ClaimKind,
+    ClaimView,
+    ack_order,
+    check_subscription,
+    covers,
+)
 from pulsar_txn.records import Position, TxnId
 from pulsar_txn.state import TxnState
 
@@ -429,6 +436,23 @@ class PendingAckStore:
             else:
                 stats["open"] += 1
         return stats
+
+    def verdicts(self, view: ClaimView,
+                 positions: Sequence[Position]) -> list[tuple[ClaimKind, TxnId | None]]:
+        """``view.of`` each position, a claim whose holder committed read as COMMITTED:
+        the tombstone comes after the CAS, from the committer's follow-up, which can
+        fail or die with its process (recovery writes it later), and the message is
+        consumed all the same. One header read, only if a claim is HELD (a copy of a
+        message a txn holds: rare); a decision a host crash may still lose is not one
+        (``final_headers``)."""
+        rows = [view.of(p) for p in positions]
+        holders = {h for kind, h in rows if kind is ClaimKind.HELD and h is not None}
+        if not holders:
+            return rows
+        headers = self.store.final_headers(list(holders))
+        done = {t for t, h in headers.items() if h is not None and h.state is TxnState.COMMITTED}
+        return [(ClaimKind.COMMITTED, h) if kind is ClaimKind.HELD and h in done else (kind, h)
+                for kind, h in rows]
 
     def acked_by_own(self, p: Position) -> bool:
         """Whether a pending txn of this store's consumer acked ``p`` individually."""

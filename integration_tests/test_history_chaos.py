@@ -31,6 +31,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -56,6 +57,7 @@ pytestmark = [pytest.mark.slow]
 
 STEPS = int(os.environ.get("PULSAR_TXN_HISTORY_STEPS", "150"))
 SUB = "hist"
+WORKER_START_S = 120
 # Restores of the Redis data directory are among the faults (``=0`` leaves them out,
 # e.g. to tell whether an anomaly needs one)
 RESTORES = os.environ.get("PULSAR_TXN_HISTORY_RESTORES", "1") == "1"
@@ -185,14 +187,26 @@ class Worker:
              "--name", f"w{n}", "--seed", str(n)],
             cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
-        seen = []
-        for line in self.proc.stdout:  # pulsar-client may log a retry first
-            seen.append(line)
-            if "WORKER-READY" in line:
-                break
-        else:
-            raise AssertionError(f"worker {n} did not start: {''.join(seen)[-2000:]}"
-                                 + self.proc.stderr.read()[-3000:])
+        seen: list[str] = []
+        done = threading.Event()
+
+        def pump() -> None:
+            for line in self.proc.stdout:  # pulsar-client may log a retry first
+                seen.append(line)
+                if "WORKER-READY" in line:
+                    break
+            done.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        # bounded: a worker stuck on its way up fails the run with its stack, never
+        # hangs CI (its subscribe retries for 12 s at most)
+        if not done.wait(WORKER_START_S) and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGUSR1)  # faulthandler: its stack to stderr
+            time.sleep(1)
+            self.kill()
+        if not any("WORKER-READY" in line for line in seen):
+            raise AssertionError(f"worker {n} did not start within {WORKER_START_S} s: "
+                                 f"{''.join(seen)[-2000:]}" + self.proc.stderr.read()[-5000:])
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)

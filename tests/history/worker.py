@@ -13,7 +13,9 @@ short are known. It exits after ``--idle-s`` seconds with nothing to consume.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import random
+import signal
 import time
 
 import pulsar
@@ -37,6 +39,7 @@ def main() -> None:
     a.add_argument("--idle-s", type=float, default=5.0)
     a.add_argument("--type", choices=["Failover", "Shared"], default="Failover")
     args = a.parse_args()
+    faulthandler.register(signal.SIGUSR1)  # the harness asks for its stack if stuck
     rnd = random.Random(args.seed)
     h = Recorder(args.history, time.monotonic_ns)
     client = PulsarTxnClient(args.service_url, args.metastore_url, namespace=args.namespace,

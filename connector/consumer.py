@@ -145,10 +145,11 @@ class Consumer(GatedStream):
                 self._handed.pop(k, None)
                 self.reacked += 1
                 continue
-            if kind is ClaimKind.HELD or k in self._handed or raw.redelivery_count() > 0:
-                self._at_risk.add(k)  # another copy may be consumed before this one's turn
+            risky = kind is ClaimKind.HELD or k in self._handed or raw.redelivery_count() > 0
             if k in self._handed and self._copy_of_handed(k, raw):
                 continue
+            if risky:  # another copy may be consumed before this one's turn
+                self._at_risk.add(k)
             if kind is ClaimKind.HELD and not self.acks.claimed_by_own(p):
                 self._held_elsewhere.add(k)
             out.append(raw)
@@ -188,16 +189,22 @@ class Consumer(GatedStream):
         store only if the claim table may have changed since it was last read (the
         server says when it did: ClaimReads), and then for every held message at
         once; on subscriptions with transactional claims only."""
-        risky = k in self._at_risk
-        if risky:
-            self._at_risk.discard(k)
         if k in self._consumed:
             kind = ClaimKind.COMMITTED
             self._consumed.discard(k)
-        elif not risky and self._claim_reads.unchanged():
+        elif k in self._at_risk:  # read now, alone (the table's token is left as it is)
+            p = Position(*k)
+            try:
+                view = self.side.store.claims_of(self.segment, self.subscription, [p])
+                kind = self.acks.verdicts(view, [p])[0][0]
+            except BaseException:
+                self.unread(head)  # never dropped: handed out (and checked) next time
+                raise
+        elif self._claim_reads.unchanged():
             return False  # as read when it was received, or by a re-check since
         else:
             kind = self._recheck(head, k)
+        self._at_risk.discard(k)
         if kind is ClaimKind.COMMITTED:
             self._native.acknowledge(head[0])
             self._handed.pop(k, None)
@@ -219,8 +226,8 @@ class Consumer(GatedStream):
             raise
         if len(self._consumed) > 4 * DRAIN:  # of messages skipped, never handed out
             self._consumed.clear()
-        if len(self._at_risk) > 100 * DRAIN:  # copies that never came: forget them
-            self._at_risk.clear()
+        if len(self._at_risk) > 10 * DRAIN:  # marks of copies dropped unseen (dedupe)
+            self._at_risk &= set(held)
         for x, q, (kind, _) in zip(held, positions[1:], verdicts[1:]):
             if kind is ClaimKind.COMMITTED:
                 self._consumed.add(x)

@@ -439,20 +439,31 @@ class PendingAckStore:
 
     def verdicts(self, view: ClaimView,
                  positions: Sequence[Position]) -> list[tuple[ClaimKind, TxnId | None]]:
-        """``view.of`` each position, a claim whose holder committed read as COMMITTED:
-        the tombstone comes after the CAS, from the committer's follow-up, which can
-        fail or die with its process (recovery writes it later), and the message is
-        consumed all the same. One header read, only if a claim is HELD (a copy of a
-        message a txn holds: rare); a decision a host crash may still lose is not one
-        (``final_headers``)."""
+        """``view.of`` each position, a claim whose holder committed *and recorded the
+        ack* read as COMMITTED: the tombstone comes after the CAS, from the committer's
+        follow-up, which can fail or die with its process (recovery writes it later),
+        and the message is consumed all the same. A claim its committed holder never
+        recorded is no ack: it is released, the message goes round (``_apply_committed``).
+        Reads only when a claim is HELD (a copy of a message a txn holds: rare): the
+        holders' headers, then a committed one's ack record; a decision a host crash may
+        still lose is not one (``final_headers``)."""
         rows = [view.of(p) for p in positions]
         holders = {h for kind, h in rows if kind is ClaimKind.HELD and h is not None}
         if not holders:
             return rows
         headers = self.store.final_headers(list(holders))
-        done = {t for t, h in headers.items() if h is not None and h.state is TxnState.COMMITTED}
-        return [(ClaimKind.COMMITTED, h) if kind is ClaimKind.HELD and h in done else (kind, h)
-                for kind, h in rows]
+        done = [t for t, h in headers.items() if h is not None and h.state is TxnState.COMMITTED]
+        if not done:
+            return rows
+        recs = {t: self._record(t) for t in done}
+        individual = {t: set(r.individual) for t, r in recs.items() if r is not None}
+
+        def consumed(p: Position, t: TxnId) -> bool:
+            rec = recs.get(t)
+            return rec is not None and (p in individual[t] or covers(rec.cumulative, p))
+
+        return [(ClaimKind.COMMITTED, h) if kind is ClaimKind.HELD and consumed(p, h)
+                else (kind, h) for p, (kind, h) in zip(positions, rows)]
 
     def acked_by_own(self, p: Position) -> bool:
         """Whether a pending txn of this store's consumer acked ``p`` individually."""

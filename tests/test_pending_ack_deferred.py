@@ -260,3 +260,33 @@ def test_a_refused_claim_keeps_the_txns_earlier_claims(coord, store):
     with pytest.raises(AckConflict) as e:
         pas.acknowledge(coord.new_transaction().txn_id, [P(3)])
     assert e.value.committed
+
+
+def test_a_claim_of_a_committed_txn_is_consumed_only_if_the_txn_recorded_it(coord, store):
+    """``verdicts`` before the committer wrote its tombstones (its follow-up failed, or
+    it died after the CAS): a HELD claim whose holder committed is a consumed message
+    if the holder recorded the ack, individually or cumulatively; a claim it never
+    recorded is no ack (it is released and the message goes round), and a claim of an
+    open or aborted holder stays HELD."""
+    acks, cum = Broker().pas(store), PendingAckStore(store, "s", "sub2", lambda ps, c: None)
+    t, o, a, c = (coord.new_transaction().txn_id for _ in range(4))
+    store.claim_acks(t, "s", "sub", [P(1), P(2)], False, [])
+    store.record_acks(t, "s", "sub", [P(1)], False)  # P(2): claimed, never recorded
+    for holder, p in ((o, P(3)), (a, P(4))):
+        store.claim_acks(holder, "s", "sub", [p], False, [])
+        store.record_acks(holder, "s", "sub", [p], False)
+    store.claim_acks(c, "s", "sub2", [P(6)], True, [])
+    store.record_acks(c, "s", "sub2", [P(6)], True)
+    ps = [P(1), P(2), P(3), P(4), P(5)]
+
+    def kinds(pas, sub):
+        return [k for k, _ in pas.verdicts(store.claims_of("s", sub, ps), ps)]
+
+    H, C, F = ClaimKind.HELD, ClaimKind.COMMITTED, ClaimKind.FREE
+    assert kinds(acks, "sub") == [H, H, H, H, F]
+    assert kinds(cum, "sub2") == [H, H, H, H, H]
+    for txn in (t, c):
+        coord.commit(txn)  # the CAS alone: nobody writes tombstones
+    coord.abort(a)
+    assert kinds(acks, "sub") == [C, H, H, H, F]
+    assert kinds(cum, "sub2") == [C, C, C, C, C]

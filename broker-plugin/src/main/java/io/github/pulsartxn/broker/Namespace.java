@@ -1,0 +1,28 @@
+package io.github.pulsartxn.broker;
+
+import java.util.Map;
+
+/**
+ * Step 1 of the rule: a pulsar-txn namespace as its config hash records it, read once.
+ * A namespace that does not exist (a typo, another store) or whose key layout this
+ * version does not know is refused, never guessed: the plugin then holds its topics.
+ */
+public record Namespace(String name, int partitions, KeyLayout keys, String deployment) {
+
+    public static Namespace read(MetastoreView view, String ns) {
+        Map<String, String> cfg = view.hgetall(KeyLayout.config(ns));
+        String partitions = cfg.get("partitions");
+        if (partitions == null) {
+            throw new IllegalStateException("pulsar-txn namespace '" + ns
+                    + "' does not exist in the metastore (no " + KeyLayout.config(ns) + ")");
+        }
+        int p = Integer.parseInt(partitions);
+        // spread namespaces hold a value no earlier reader accepts in 'deployment'
+        String dep = cfg.getOrDefault("dep", cfg.get("deployment"));
+        if (dep == null) {
+            throw new IllegalStateException("pulsar-txn namespace '" + ns + "' has no deployment id");
+        }
+        String layout = cfg.getOrDefault("tags", "plain");
+        return new Namespace(ns, p, new KeyLayout(ns, p, layout), dep);
+    }
+}

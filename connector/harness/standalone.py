@@ -202,15 +202,17 @@ class PulsarStandalone:
     def __init__(self, workdir: pathlib.Path, java: str = "java", heap: str = "768m",
                  direct_memory: str = "256m", extra_conf: str = "",
                  client_token: str | None = None, tls: bool = False,
-                 release: str | None = None) -> None:
+                 release: str | None = None, extra_classpath: tuple = ()) -> None:
         """``extra_conf``: lines appended to standalone.conf (e.g. authentication);
         ``client_token``: the token the readiness check connects with; ``tls``: also
         listen with TLS (``service_url_tls``, ``admin_url_tls``) under a CA made
         here (``self.ca``: CA, server and client certificates); ``release``: 4.0 or
-        5.0 (default ``$PULSAR_TXN_PULSAR_VERSION``, else 4.0)."""
+        5.0 (default ``$PULSAR_TXN_PULSAR_VERSION``, else 4.0); ``extra_classpath``:
+        jars after the broker's own (a broker plugin, ``harness.broker_plugin``)."""
         self.release = release_line(release)
         self.version = ""  # the exact version, known once started
         self.extra_conf = extra_conf
+        self.extra_classpath = tuple(str(pathlib.Path(j).resolve()) for j in extra_classpath)
         self.tls = tls
         self.ca = None
         self.service_url_tls = self.admin_url_tls = ""
@@ -279,7 +281,7 @@ class PulsarStandalone:
             self.java, f"-Xmx{self.heap}", f"-XX:MaxDirectMemorySize={self.direct_memory}",
             *JVM_FLAGS, *JAVA17_FLAGS, f"-Dlog4j2.configurationFile={log4j}",
             *shlex.split(os.environ.get(JVM_OPTS_ENV, "")),
-            "-cp", f"{lib}{os.sep}*", MAIN_CLASS,
+            "-cp", os.pathsep.join([f"{lib}{os.sep}*", *self.extra_classpath]), MAIN_CLASS,
             "--config", str(conf),
             "--no-functions-worker", "--no-stream-storage",
             "--advertised-address", "127.0.0.1",

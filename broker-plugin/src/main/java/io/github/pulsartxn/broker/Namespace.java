@@ -10,11 +10,21 @@ import java.util.Map;
 public record Namespace(String name, int partitions, KeyLayout keys, String deployment) {
 
     public static Namespace read(MetastoreView view, String ns) {
+        Namespace got = readIfExists(view, ns);
+        if (got == null) {
+            throw new IllegalStateException("pulsar-txn namespace '" + ns
+                    + "' does not exist in the metastore (no " + KeyLayout.config(ns) + ")");
+        }
+        return got;
+    }
+
+    /** Null while the namespace does not exist: then no transaction can have registered
+     *  a write, so there is nothing to hold back and nothing to deliver as one's. */
+    public static Namespace readIfExists(MetastoreView view, String ns) {
         Map<String, String> cfg = view.hgetall(KeyLayout.config(ns));
         String partitions = cfg.get("partitions");
         if (partitions == null) {
-            throw new IllegalStateException("pulsar-txn namespace '" + ns
-                    + "' does not exist in the metastore (no " + KeyLayout.config(ns) + ")");
+            return null;
         }
         int p = Integer.parseInt(partitions);
         // spread namespaces hold a value no earlier reader accepts in 'deployment'

@@ -1,0 +1,70 @@
+package io.github.pulsartxn.broker;
+
+import java.util.List;
+import java.util.Map;
+import org.apache.bookkeeper.mledger.Entry;
+import org.apache.pulsar.broker.service.Subscription;
+import org.apache.pulsar.broker.service.plugin.EntryFilter;
+import org.apache.pulsar.broker.service.plugin.FilterContext;
+
+/**
+ * Step 3 of the rule for entries the gate let through: ACCEPT a plain entry or a
+ * committed winner's, REJECT one never to be shown (aborted, a losing writer, another
+ * deployment, malformed, unknown). REJECT is permanent for the subscription, so it is
+ * returned only for a final verdict; an entry whose verdict cannot be read now (the
+ * metastore away, a cold cache) is RESCHEDULEd, never rejected. A batch whose messages
+ * disagree on the protocol properties is never pulsar-txn's: REJECTed.
+ *
+ * <p>The library's own readers and probes (subscriptions named with
+ * {@code ptxn.exemptSubscriptionPrefix}) see every entry: they classify themselves.
+ */
+public class PtxnEntryFilter implements EntryFilter {
+
+    @Override
+    public FilterResult filterEntry(Entry entry, FilterContext context) {
+        Subscription sub = context.getSubscription();
+        if (sub == null || context.getMsgMetadata() == null) {
+            return FilterResult.ACCEPT;
+        }
+        String topic = sub.getTopic().getName();
+        Verdicts v = Verdicts.of(sub.getTopic().getBrokerService().getPulsar().getConfiguration().getProperties());
+        if (!v.config().governs(topic) || sub.getName().startsWith(v.config().exemptPrefix())) {
+            return FilterResult.ACCEPT;
+        }
+        try {
+            List<Map<String, String>> messages = EntryProps.of(entry, context.getMsgMetadata());
+            Verdict verdict = null;
+            Map<String, String> first = null;
+            for (Map<String, String> props : messages) {
+                if (first == null) {
+                    first = props;
+                    verdict = v.classify(props, topic);
+                } else if (!sameProtocol(first, props)) {
+                    return FilterResult.REJECT; // a mixed batch: not written by pulsar-txn
+                }
+            }
+            if (verdict == null || verdict == Verdict.DELIVER) {
+                return FilterResult.ACCEPT;
+            }
+            return verdict == Verdict.SKIP ? FilterResult.REJECT : FilterResult.RESCHEDULE;
+        } catch (EntryProps.Unreadable e) {
+            return FilterResult.REJECT; // final: it never becomes readable
+        } catch (Exception e) {
+            v.warn("an entry of " + topic + " could not be classified; rescheduled", e);
+            return FilterResult.RESCHEDULE;
+        }
+    }
+
+    private static boolean sameProtocol(Map<String, String> a, Map<String, String> b) {
+        for (String k : new String[] {EntryTxn.PROP_TXN, EntryTxn.PROP_WRITER, EntryTxn.PROP_DEPLOYMENT}) {
+            if (!java.util.Objects.equals(a.get(k), b.get(k))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    @Override
+    public void close() {
+    }
+}

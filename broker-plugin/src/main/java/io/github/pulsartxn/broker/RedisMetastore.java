@@ -1,0 +1,85 @@
+package io.github.pulsartxn.broker;
+
+import java.net.URI;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import redis.clients.jedis.JedisPooled;
+import redis.clients.jedis.StreamEntryID;
+import redis.clients.jedis.params.XReadParams;
+import redis.clients.jedis.resps.StreamEntry;
+
+/**
+ * The metastore as the plugin reads it: pulsar-txn's keys on one Redis server (a
+ * {@code redis://} or {@code rediss://} URL with the library's query options, which
+ * the plugin ignores). Read only: the plugin never writes a protocol key.
+ */
+public final class RedisMetastore implements MetastoreView, AutoCloseable {
+    private final JedisPooled redis;
+
+    public RedisMetastore(String url) {
+        URI u = URI.create(url);
+        // the library's options (?namespace=, ?durability=) are not Redis' own
+        String path = u.getPath() == null ? "" : u.getPath();
+        URI bare = URI.create(u.getScheme() + "://" + (u.getRawUserInfo() == null ? "" : u.getRawUserInfo() + "@")
+                + u.getHost() + ":" + (u.getPort() < 0 ? 6379 : u.getPort()) + path);
+        this.redis = new JedisPooled(bare);
+    }
+
+    @Override
+    public Map<String, String> hgetall(String key) {
+        return redis.hgetAll(key);
+    }
+
+    @Override
+    public Double zscore(String key, String member) {
+        return redis.zscore(key, member);
+    }
+
+    @Override
+    public String zlastAtOrBelow(String key, double max) {
+        List<String> got = redis.zrevrangeByScore(key, max, Double.NEGATIVE_INFINITY, 0, 1);
+        return got.isEmpty() ? null : got.get(0);
+    }
+
+    @Override
+    public boolean sismember(String key, String member) {
+        return redis.sismember(key, member);
+    }
+
+    /** Every member of a lex-ordered sorted set (the open-write index of a segment). */
+    public List<String> zrange(String key) {
+        return redis.zrange(key, 0, -1);
+    }
+
+    /**
+     * Blocks up to {@code blockMs} for entries after {@code after} on the streams;
+     * returns the last id read per stream (streams with nothing new keep theirs).
+     */
+    public Map<String, StreamEntryID> waitForEvents(Map<String, StreamEntryID> after, int blockMs) {
+        Map<String, StreamEntryID> out = new HashMap<>(after);
+        List<Map.Entry<String, List<StreamEntry>>> got =
+                redis.xread(XReadParams.xReadParams().block(blockMs).count(1000), after);
+        if (got != null) {
+            for (Map.Entry<String, List<StreamEntry>> e : got) {
+                List<StreamEntry> entries = new ArrayList<>(e.getValue());
+                if (!entries.isEmpty()) {
+                    out.put(e.getKey(), entries.get(entries.size() - 1).getID());
+                }
+            }
+        }
+        return out;
+    }
+
+    /** The last id of a stream now ("$" as an explicit id), or 0-0 if it has none. */
+    public StreamEntryID lastId(String key) {
+        var info = redis.xrevrange(key, "+", "-", 1);
+        return info.isEmpty() ? new StreamEntryID(0, 0) : info.get(0).getID();
+    }
+
+    @Override
+    public void close() {
+        redis.close();
+    }
+}

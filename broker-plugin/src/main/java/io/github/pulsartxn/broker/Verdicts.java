@@ -1,0 +1,214 @@
+package io.github.pulsartxn.broker;
+
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import redis.clients.jedis.StreamEntryID;
+
+/**
+ * The broker-wide state both plugin points share (the transaction-buffer provider and
+ * the entry filter are loaded separately, so it is a singleton): the metastore
+ * connection, the namespace, the final verdicts, the gates of the loaded topics and
+ * the one watcher of the decision events that wakes them.
+ *
+ * <p>Verdicts are final once decided (ids are never reused, a decision never changes,
+ * collection keeps the aborted-writer sets), so they are cached without invalidation;
+ * an OPEN transaction's WAIT is never cached.
+ */
+public final class Verdicts implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(Verdicts.class);
+    private static volatile Verdicts instance;
+
+    private final PluginConfig config;
+    private final RedisMetastore store;
+    private volatile Namespace namespace;
+    private final Map<String, Verdict> cache;
+    private final Map<String, Boolean> decided;
+    private final Set<PtxnTransactionBuffer> gates = ConcurrentHashMap.newKeySet();
+    private final ScheduledExecutorService exec;
+    private final Thread watcher;
+    private volatile boolean closed;
+    private volatile long lastWarnMs;
+
+    private Verdicts(PluginConfig config) {
+        this.config = config;
+        this.store = new RedisMetastore(config.metastoreUrl());
+        this.cache = lru(config.cacheSize());
+        this.decided = lru(config.cacheSize());
+        this.exec = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "ptxn-gates"));
+        this.exec.scheduleWithFixedDelay(this::tick, 500, 500, TimeUnit.MILLISECONDS);
+        this.watcher = daemon(this::watch, "ptxn-events");
+        this.watcher.start();
+        log.info("pulsar-txn broker plugin: metastore {} namespace '{}', governing {}",
+                config.shownUrl(), config.metastoreNamespace(), config.pulsarNamespaces());
+    }
+
+    /** The broker's instance, made from its configuration at first use. */
+    public static Verdicts of(Properties brokerProperties) {
+        Verdicts v = instance;
+        if (v == null) {
+            synchronized (Verdicts.class) {
+                v = instance;
+                if (v == null) {
+                    v = instance = new Verdicts(PluginConfig.from(brokerProperties));
+                }
+            }
+        }
+        return v;
+    }
+
+    private static <V> Map<String, V> lru(int size) {
+        return Collections.synchronizedMap(new LinkedHashMap<>(1024, 0.75f, true) {
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<String, V> e) {
+                return size() > size;
+            }
+        });
+    }
+
+    private static Thread daemon(Runnable r, String name) {
+        Thread t = new Thread(r, name);
+        t.setDaemon(true);
+        return t;
+    }
+
+    public PluginConfig config() {
+        return config;
+    }
+
+    RedisMetastore store() {
+        return store;
+    }
+
+    /** The namespace's config, read once it exists; null until then (read again each
+     *  time: the library creates it at its first write). */
+    public Namespace namespace() {
+        Namespace ns = namespace;
+        if (ns == null) {
+            ns = namespace = Namespace.readIfExists(store, config.metastoreNamespace());
+        }
+        return ns;
+    }
+
+    /** An entry's verdict; throws if the metastore cannot tell (the caller holds). */
+    public Verdict classify(Map<String, String> props, String segment) {
+        if (!props.containsKey(EntryTxn.PROP_TXN)) {
+            return Verdict.DELIVER; // plain: no round trip, no cache entry
+        }
+        String key = segment + '\u0000' + props.get(EntryTxn.PROP_TXN) + '\u0000'
+                + props.getOrDefault(EntryTxn.PROP_WRITER, "") + '\u0000'
+                + props.getOrDefault(EntryTxn.PROP_DEPLOYMENT, "\u0001");
+        Verdict v = cache.get(key);
+        if (v == null) {
+            Namespace ns = namespace();
+            if (ns == null) {
+                return Verdict.SKIP; // no namespace, no transaction: a forged property
+            }
+            v = new Classifier(store, ns).classify(props, segment);
+            if (v != Verdict.WAIT) {
+                cache.put(key, v);
+            }
+        }
+        return v;
+    }
+
+    /** Whether transaction (p, seq) has ended (a missing header: collected or never
+     *  ours, so not OPEN either). Ended is final and cached. */
+    boolean ended(Namespace ns, int p, long seq) {
+        String key = p + ":" + seq;
+        if (decided.containsKey(key)) {
+            return true;
+        }
+        String st = store.hgetall(ns.keys().header(p, seq)).get("st");
+        boolean done = !"OPEN".equals(st);
+        if (done) {
+            decided.put(key, Boolean.TRUE);
+        }
+        return done;
+    }
+
+    void schedule(PtxnTransactionBuffer gate) {
+        gate.schedule(exec);
+    }
+
+    void register(PtxnTransactionBuffer gate) {
+        gates.add(gate);
+        gate.schedule(exec);
+    }
+
+    void unregister(PtxnTransactionBuffer gate) {
+        gates.remove(gate);
+    }
+
+    void warn(String what, Exception e) {
+        long now = System.currentTimeMillis();
+        if (now - lastWarnMs > 10_000) { // a Redis outage must not flood the broker's log
+            lastWarnMs = now;
+            log.warn("pulsar-txn broker plugin: {} (metastore {}): {}", what, config.shownUrl(), e.toString());
+        }
+    }
+
+    /** Gates below their topic's last entry look again: a `!` registration that got its
+     *  position, an event missed while Redis was away. */
+    private void tick() {
+        for (PtxnTransactionBuffer g : gates) {
+            if (g.behind()) {
+                g.schedule(exec);
+            }
+        }
+    }
+
+    private void watch() {
+        Map<String, StreamEntryID> after = null;
+        while (!closed) {
+            try {
+                Namespace ns = namespace();
+                if (ns == null) {
+                    sleep(500); // nothing to watch until the library creates it
+                    continue;
+                }
+                if (after == null) {
+                    after = new LinkedHashMap<>();
+                    for (int p = 0; p < ns.partitions(); p++) {
+                        String k = ns.keys().events(p);
+                        after.put(k, store.lastId(k));
+                    }
+                }
+                Map<String, StreamEntryID> now = store.waitForEvents(after, 1000);
+                if (!now.equals(after)) {
+                    after = now;
+                    for (PtxnTransactionBuffer g : gates) {
+                        g.schedule(exec);
+                    }
+                }
+            } catch (RuntimeException e) {
+                warn("watching the decision events failed; gates hold and retry", e);
+                after = null;
+                sleep(1000);
+            }
+        }
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        exec.shutdownNow();
+        store.close();
+    }
+}

@@ -9,15 +9,21 @@ broker without it): a plain consumer then sees every append at once."""
 from __future__ import annotations
 
 import os
+import queue
+import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pulsar
 import pytest
+from java_peer import java_cmd
 
+from pulsar_txn.admin import admin_request
 from pulsar_txn.client import PulsarTxnClient, quiet_logger
 from pulsar_txn.harness import broker_plugin
+from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.harness.standalone import PulsarStandalone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +32,15 @@ METASTORE_NS = f"plugin{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
-def plugin_broker(redis_server, tmp_path_factory):
+def plugin_redis(tmp_path_factory):
+    """The plugin's metastore, its own: the fault tests below stop and kill it."""
+    server = RedisServer(Path(tmp_path_factory.mktemp("plugin-redis"))).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def plugin_broker(plugin_redis, tmp_path_factory):
     kinds = os.environ.get("PULSAR_TXN_BROKERS", "standalone,lite")
     if "standalone" not in kinds:
         pytest.skip("the plugin runs in an Apache Pulsar broker (pulsar-lite cannot host it)")
@@ -36,7 +50,7 @@ def plugin_broker(redis_server, tmp_path_factory):
     jar, nar = broker_plugin.build(REPO / "broker-plugin",
                                    settings=REPO / "benchmarks/peer/maven-settings.xml")
     conf = "" if PLUGIN_OFF else broker_plugin.broker_conf(
-        workdir, nar, redis_server.url, METASTORE_NS)
+        workdir, nar, plugin_redis.url, METASTORE_NS)
     b = PulsarStandalone(workdir, extra_conf=conf, extra_classpath=() if PLUGIN_OFF else (jar,))
     b.start()
     yield b
@@ -44,8 +58,8 @@ def plugin_broker(redis_server, tmp_path_factory):
 
 
 @pytest.fixture
-def writer(plugin_broker, redis_server):
-    c = PulsarTxnClient(plugin_broker.service_url, redis_server.url, namespace=METASTORE_NS,
+def writer(plugin_broker, plugin_redis):
+    c = PulsarTxnClient(plugin_broker.service_url, plugin_redis.url, namespace=METASTORE_NS,
                         create_namespace=True, sweeper=True, sweep_interval_s=0.2)
     yield c
     c.close()
@@ -160,3 +174,125 @@ def test_a_timed_out_transaction_is_never_delivered_and_releases_what_follows(
     finally:
         consumer.close()
     assert got == [b"after"], got
+
+
+def test_pulsar_txn_readers_and_consumers_read_committed_on_a_plugin_broker(writer, topic):
+    """The library's own readers are gated and filtered like any other: they still get
+    exactly the committed set (the broker drops what they would have skipped)."""
+    p = writer.create_producer(topic)
+    aborted = writer.new_transaction()
+    p.send(b"aborted", txn=aborted)
+    aborted.abort()
+    for i in range(3):
+        with writer.transaction() as t:
+            p.send(f"c{i}".encode(), txn=t)
+    reader = writer.create_reader(topic)
+    got = [reader.read_next(10_000).value for _ in range(3)]
+    consumer = writer.subscribe(topic, "ptxn-sub",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    seen = []
+    for _ in range(3):
+        m = consumer.receive(10_000)
+        seen.append(m.value)
+        consumer.acknowledge(m)
+    assert got == seen == [b"c0", b"c1", b"c2"]
+
+
+def test_after_gc_a_replay_from_earliest_gives_the_committed_set(writer, plain, topic):
+    """Headers collected before the first read: the filter classifies from the collected
+    watermark and the aborted-writer sets alone (cold, nothing cached)."""
+    p = writer.create_producer(topic)
+    for i in range(3):
+        t = writer.new_transaction()
+        p.send(f"t{i}".encode(), txn=t)
+        t.commit() if i != 1 else t.abort()
+    assert writer.coordinator.sweep_gc(retention_ms=0) >= 2
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        got = [m.data() for m in _drain(receive)]
+    finally:
+        consumer.close()
+    assert got == [b"t0", b"t2"], got
+
+
+def _held_then_commit(writer, plain, topic, disturb) -> list[bytes]:
+    """An OPEN transaction's entry and a plain one after it; ``disturb`` while a plain
+    consumer waits; nothing may leak before the commit, both come after it."""
+    p = writer.create_producer(topic)
+    held = writer.new_transaction(timeout_ms=120_000)
+    p.send(b"held", txn=held)
+    p.send(b"after")
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        assert _drain(receive, quiet_s=1.0) == []
+        disturb()
+        assert _drain(receive, quiet_s=2.0) == [], "leaked while disturbed"
+        held.commit()
+        got = [m.data() for m in _drain(receive, want=2, limit_s=60)]
+        got += [m.data() for m in _drain(receive, quiet_s=1.0)]
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_topic_unload_with_an_open_txn_keeps_it_held_and_releases_it_on_commit(
+        writer, plain, plugin_broker, topic):
+    def unload():
+        admin_request(plugin_broker.admin_url, "PUT",
+                      f"/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/unload")
+    assert _held_then_commit(writer, plain, topic, unload) == [b"held", b"after"]
+
+
+def test_redis_down_while_a_plain_consumer_waits_leaks_nothing_and_delivery_resumes(
+        writer, plain, plugin_redis, topic):
+    def outage():
+        plugin_redis.kill()
+        time.sleep(2.0)  # the gate's computations fail meanwhile; it holds
+        plugin_redis.start()
+    assert _held_then_commit(writer, plain, topic, outage) == [b"held", b"after"]
+
+
+def test_a_broker_restart_with_an_open_txn_keeps_it_held_and_releases_it_on_commit(
+        writer, plain, plugin_broker, topic):
+    assert _held_then_commit(writer, plain, topic, plugin_broker.restart) == [b"held", b"after"]
+
+
+@pytest.mark.parametrize("sub_type", ["Exclusive", "Failover", "Shared", "Key_Shared"])
+def test_a_plain_java_consumer_is_held_at_an_open_txn_and_sees_each_committed_entry_once(
+        writer, plugin_broker, topic, sub_type):
+    """Pulsar's own Java client (4.0.7, benchmarks/peer's PlainPeer), as a company's Java
+    services read the topic: the same guarantees as the Python consumers above."""
+    p = writer.create_producer(topic)
+    p.send(b"plain-0", key="k")
+    held = writer.new_transaction(timeout_ms=120_000)
+    p.send(b"held-0", key="k", txn=held)
+    p.send(b"plain-1", key="k")
+    aborted = writer.new_transaction()
+    p.send(b"aborted-0", key="k", txn=aborted)
+    aborted.abort()
+    proc = subprocess.Popen(java_cmd("PlainPeer", "consume", plugin_broker.service_url, topic,
+                                     sub_type, "3", "60000"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    pump = threading.Thread(target=lambda: [lines.put(x.strip()) for x in proc.stdout],
+                            daemon=True)
+    pump.start()
+    try:
+        assert lines.get(timeout=60) == "ready", proc.stderr.read()[-2000:]
+        before = []
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            try:
+                before.append(lines.get(timeout=0.2))
+            except queue.Empty:
+                pass
+        assert before == ["msg plain-0"], before
+        held.commit()
+        assert proc.wait(60) == 0, proc.stderr.read()[-2000:]
+        pump.join(10)
+    finally:
+        proc.kill()
+    after = []
+    while not lines.empty():
+        after.append(lines.get())
+    assert after == ["msg held-0", "msg plain-1"], after

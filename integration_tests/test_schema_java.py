@@ -12,11 +12,10 @@ position the producer reports, and ends the transaction with the one CAS."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from java_peer import java_cmd, peer_classpath
 from spark_helpers import source_df
 
 from pulsar_txn.records import Position, txn_properties
@@ -24,28 +23,14 @@ from pulsar_txn.topics import normalize_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-PEER = Path(__file__).resolve().parent.parent / "benchmarks" / "peer"
-JAR = PEER / "v4" / "target" / "peer-v4.jar"
-
 
 @pytest.fixture(scope="module")
 def java_peer():
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.fail("the Java schema tests need Java 17 and Maven (as benchmarks/peer does)")
-    sources = [p for p in PEER.rglob("*") if p.suffix in (".java", ".xml")
-               and "target" not in p.parts]
-    if not JAR.exists() or max(p.stat().st_mtime for p in sources) > JAR.stat().st_mtime:
-        done = subprocess.run(["mvn", "-B", "-q", "-s", str(PEER / "maven-settings.xml"),
-                               "package"], cwd=PEER, capture_output=True, text=True)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    peer_classpath()
 
     def run(*args: str) -> list[str]:
-        cp = f"{JAR}:{JAR.parent / 'lib'}/*"
-        done = subprocess.run(
-            ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-             "--add-opens", "java.base/java.nio=ALL-UNNAMED", "-cp", cp,
-             "io.github.pulsartxn.peer.v4.SchemaPeer", *args],
-            capture_output=True, text=True, timeout=180)
+        done = subprocess.run(java_cmd("SchemaPeer", *args),
+                              capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.splitlines()
     return run

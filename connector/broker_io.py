@@ -21,12 +21,12 @@ from collections.abc import Iterator
 
 from pulsar_txn.errors import BrokerUnavailable, DataLoss, ProbeFailed
 from pulsar_txn.records import BEFORE, END_OF_LEDGER, Position
+from pulsar_txn.topics import INTERNAL_PREFIX
 
 log = logging.getLogger(__name__)
 
-
-
-_PROBE = "__ptxn-probe-"
+_PROBE = f"{INTERNAL_PREFIX}-probe-"
+_INTERNAL = {"subscription_role_prefix": INTERNAL_PREFIX}  # a reader the plugin exempts
 _CLEANUP_ATTEMPTS = 6
 _CLEANUP_BACKOFF_S = 1.0  # doubled after each failed background attempt
 _CLEANUP_MAX_PENDING = 10_000  # a long broker outage must not grow the queue without end
@@ -237,7 +237,7 @@ def last_entry_strict(client, topic: str) -> Position | None:
     except Exception as e:
         raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
     try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, **_INTERNAL)
     except Exception as e:
         raise ProbeFailed(f"{topic}: cannot tell its last entry ({e!r}); try again") from e
     try:
@@ -418,7 +418,7 @@ def _open_reader(client, segment: str, at: Position, settings: dict):
     else:
         mid, inclusive = pulsar.MessageId(-1, at[0], at[1], -1), True
     return client.create_reader(segment, mid, start_message_id_inclusive=inclusive,
-                                **settings)
+                                **{**_INTERNAL, **settings})
 
 
 def _end_entry_read(pos: Position, end: Position, end_size: int | None) -> bool:

@@ -42,7 +42,7 @@ from pulsar_txn.records import (
     TxnId,
     entry_txn_cached,
 )
-from pulsar_txn.topics import normalize_topic
+from pulsar_txn.topics import INTERNAL_PREFIX, normalize_topic
 
 log = logging.getLogger(__name__)
 
@@ -375,6 +375,7 @@ class Reader(GatedStream):
         else:
             raise ConfigError(f"start must be 'earliest', 'latest' or a Position, got {start!r}")
         kwargs.setdefault("receiver_queue_size", 2000)
+        kwargs.setdefault("subscription_role_prefix", INTERNAL_PREFIX)  # the plugin exempts it
         self._r = side.pulsar.create_reader(self.segment, mid, **kwargs)
         self.schema = typed_schema(self._r)
         self._native = self._r._reader  # skips a Python wrapper object per message

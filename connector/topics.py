@@ -15,6 +15,13 @@ SCHEME = "topic://"
 _NAME_PART = re.compile(r"^[A-Za-z0-9_.=\-]{1,120}$")
 
 
+# The library's own readers and probes name their subscriptions with this prefix: the
+# broker plugin (broker-plugin/, docs/broker-plugin.md) exempts them from its entry
+# filter, since they classify every entry themselves and a range scan must see its end
+# entry even where the filter would hide it.
+INTERNAL_PREFIX = "__ptxn"
+
+
 def normalize_scalable(name: str) -> str:
     """``topic://t/ns/x`` or ``t/ns/x`` or ``x`` → ``t/ns/x`` (the DAG's key)."""
     if not isinstance(name, str) or not name:

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pulsar
@@ -296,3 +297,77 @@ def test_a_plain_java_consumer_is_held_at_an_open_txn_and_sees_each_committed_en
     while not lines.empty():
         after.append(lines.get())
     assert after == ["msg held-0", "msg plain-1"], after
+
+
+def _plain_committed(plain, topic: str) -> list[bytes]:
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        return [m.data() for m in _drain(receive, quiet_s=1.5)]
+    finally:
+        consumer.close()
+
+
+def _raw_count(plain, topic: str) -> int:
+    """Entries as the library's own readers see them: exempt from the filter (the gate
+    still applies), so every append below it."""
+    r = plain.create_reader(topic, pulsar.MessageId.earliest, subscription_role_prefix="__ptxn")
+    n = 0
+    try:
+        while True:
+            r.read_next(1500)
+            n += 1
+    except pulsar.Timeout:
+        return n
+    finally:
+        r.close()
+
+
+@pytest.mark.spark
+def test_the_spark_sinks_failed_task_attempt_never_reaches_a_plain_consumer(
+        plugin_broker, plugin_redis, writer, plain, topic, tmp_path):
+    from spark_helpers import run_job, write_inputs
+
+    expected = write_inputs(tmp_path / "in", 3, 40)
+    done = run_job(plugin_broker, plugin_redis, METASTORE_NS, topic, tmp_path / "in",
+                   tmp_path / "ck", fault="fail-first-attempt:1", master="local[2,2]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _raw_count(plain, topic) > sum(expected.values()), "no losing attempt was written"
+    got = _plain_committed(plain, topic)
+    assert Counter(got) == expected  # each row once, the losing attempt's copies never
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # a Spark standalone cluster and a 12 s straggler, as in test_spark_sink
+def test_the_spark_sinks_speculative_attempt_never_reaches_a_plain_consumer(
+        plugin_broker, plugin_redis, writer, plain, topic, tmp_path):
+    from spark_helpers import SparkCluster, run_job, write_inputs
+
+    expected = write_inputs(tmp_path / "in", 2, 40)
+    cluster = SparkCluster(tmp_path / "cluster").start()
+    try:
+        done = run_job(plugin_broker, plugin_redis, METASTORE_NS, topic, tmp_path / "in",
+                       tmp_path / "ck", fault="slow-partition0:0:12000", speculation=True,
+                       master=cluster.url)
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _raw_count(plain, topic) > sum(expected.values()), "no speculative attempt ran"
+    assert Counter(_plain_committed(plain, topic)) == expected
+
+
+@pytest.mark.spark
+def test_the_spark_source_reads_the_committed_set_on_a_plugin_broker(
+        spark, plugin_broker, plugin_redis, writer, topic):
+    """Its range scans read through subscriptions the filter exempts, so a scan whose
+    end entry the filter would hide still ends (an aborted transaction writes last)."""
+    from spark_helpers import source_df
+
+    p = writer.create_producer(topic)
+    for i in range(3):
+        with writer.transaction() as t:
+            p.send(f"c{i}".encode(), txn=t)
+    aborted = writer.new_transaction()
+    p.send(b"aborted", txn=aborted)
+    aborted.abort()
+    df = source_df(spark, plugin_broker, plugin_redis, METASTORE_NS, stream=False, topic=topic)
+    assert sorted(bytes(r.value) for r in df.select("value").collect()) == [b"c0", b"c1", b"c2"]

@@ -26,6 +26,8 @@ from pulsar_txn.client import PulsarTxnClient, quiet_logger
 from pulsar_txn.harness import broker_plugin
 from pulsar_txn.harness.redis_server import RedisServer
 from pulsar_txn.harness.standalone import PulsarStandalone
+from pulsar_txn.metastore import RedisMetadataStore
+from pulsar_txn.records import txn_properties
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_OFF = os.environ.get("PULSAR_TXN_BROKER_PLUGIN", "on") == "off"
@@ -48,6 +50,9 @@ def plugin_broker(plugin_redis, tmp_path_factory):
     if os.environ.get("PULSAR_TXN_METASTORE", "server") == "cluster":
         pytest.skip("the plugin reads a single Redis server so far (Redis Cluster: not yet)")
     workdir = Path(tmp_path_factory.mktemp("plugin-broker"))
+    # an operator's first step: the namespace exists before the broker governs its
+    # topics (until it does, the plugin holds them: it cannot tell a typo from "not yet")
+    RedisMetadataStore(f"{plugin_redis.url}?namespace={METASTORE_NS}").close()
     jar, nar = broker_plugin.build(REPO / "broker-plugin",
                                    settings=REPO / "benchmarks/peer/maven-settings.xml")
     conf = "" if PLUGIN_OFF else broker_plugin.broker_conf(
@@ -159,6 +164,80 @@ def test_a_plain_producers_forged_protocol_properties_are_never_delivered(writer
     finally:
         consumer.close()
     assert got == [b"real", b"plain-after"], got
+
+
+def test_a_forged_copy_of_a_winners_property_read_first_never_hides_the_winner(
+        writer, plain, topic):
+    """The filter's verdicts are shared by every subscription of the broker: a forged
+    entry that carries the winner's exact property text next to a second protocol
+    property (malformed, never delivered) must not decide the real entry's verdict."""
+    p = writer.create_producer(topic)
+    t = writer.new_transaction()
+    real = txn_properties(t.id, p.writer_id, writer.store.deployment)
+    forger = plain.create_producer(topic)
+    forger.send(b"forged", properties={**real, "__ptxn.writer": ""})
+    forger.send(b"forged", properties={**real, "__ptxn.dep": "\u0001"})
+    forger.close()
+    p.send(b"real", txn=t)
+    t.commit()
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        got = _drain(receive)
+    finally:
+        consumer.close()
+    assert [m.data() for m in got] == [b"real"]
+    assert got[0].properties() == real  # the forgery copied the real text exactly
+
+
+def test_a_forged_entry_of_an_id_not_yet_handed_out_never_hides_it_later(
+        writer, plain, topic):
+    """A plain producer writes entries naming the next ids before they exist: "unknown"
+    then, and never delivered; the real transactions that get those ids later are."""
+    p = writer.create_producer(topic)
+    probe = writer.new_transaction()
+    probe.abort()
+    ahead = {type(probe.id)(probe.id.partition, probe.id.seq + i) for i in range(1, 40)}
+    forger = plain.create_producer(topic)
+    for t in sorted(ahead, key=lambda t: t.seq):
+        forger.send(b"forged", properties=txn_properties(t, p.writer_id, writer.store.deployment))
+    forger.close()
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        assert _drain(receive, quiet_s=1.0) == []  # unknown ids: never delivered
+        used = set()
+        for i in range(40):
+            with writer.transaction() as t:
+                p.send(f"real-{i}".encode(), txn=t)
+            used.add(t.id)
+        assert used & ahead, "no real transaction got a forged id: the test proved nothing"
+        got = [m.data() for m in _drain(receive, want=40, limit_s=60)]
+    finally:
+        consumer.close()
+    assert got == [f"real-{i}".encode() for i in range(40)], got
+
+
+def test_a_plain_readers_has_message_available_follows_each_commit(writer, plain, topic):
+    """getLastMessageId answers from the gate: it moves with each commit (a frozen answer
+    would leave has_message_available false for good; an answer above the gate would
+    make a reader wait for an entry it may not have)."""
+    p = writer.create_producer(topic)
+    with writer.transaction() as t:
+        p.send(b"c0", txn=t)
+    reader = plain.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        assert reader.read_next(10_000).data() == b"c0"
+        held = writer.new_transaction(timeout_ms=120_000)
+        p.send(b"c1", txn=held)
+        time.sleep(1.0)
+        assert not reader.has_message_available()  # c1 is above the gate
+        held.commit()
+        deadline = time.monotonic() + 10
+        while not reader.has_message_available():
+            assert time.monotonic() < deadline, "getLastMessageId did not follow the commit"
+            time.sleep(0.05)
+        assert reader.read_next(10_000).data() == b"c1"
+    finally:
+        reader.close()
 
 
 def test_a_timed_out_transaction_is_never_delivered_and_releases_what_follows(

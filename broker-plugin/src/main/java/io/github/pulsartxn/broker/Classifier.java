@@ -14,19 +14,34 @@ import java.util.Map;
 public final class Classifier {
     private final MetastoreView view;
     private final Namespace ns;
+    private final boolean waitaof;
 
-    public Classifier(MetastoreView view, Namespace ns) {
+    /** ``waitaof``: the store's durability mode, where a decision counts only once its
+     *  committer marked it fsynced ({@code fs}); until then it is as if not taken. */
+    public Classifier(MetastoreView view, Namespace ns, boolean waitaof) {
         this.view = view;
         this.ns = ns;
+        this.waitaof = waitaof;
+    }
+
+    public Classifier(MetastoreView view, Namespace ns) {
+        this(view, ns, false);
+    }
+
+    /** A verdict, and whether it is final: a cache may keep it for good. */
+    public record Result(Verdict verdict, boolean isFinal) {
     }
 
     public Verdict classify(Map<String, String> props, String segment) {
-        EntryTxn e = EntryTxn.of(props, ns.deployment(), ns.partitions());
+        return classify(EntryTxn.of(props, ns.deployment(), ns.partitions()), segment).verdict();
+    }
+
+    public Result classify(EntryTxn e, String segment) {
         switch (e.kind()) {
             case PLAIN:
-                return Verdict.DELIVER;
+                return new Result(Verdict.DELIVER, true);
             case NEVER:
-                return Verdict.SKIP;
+                return new Result(Verdict.SKIP, true);
             default:
                 break;
         }
@@ -35,24 +50,37 @@ public final class Classifier {
         Map<String, String> h = view.hgetall(headerKey);
         if (!h.isEmpty()) {
             String st = h.get("st");
-            if ("OPEN".equals(st)) {
-                return Verdict.WAIT;
+            if ("OPEN".equals(st) || waitaof && !"1".equals(h.get("fs")) && st != null) {
+                return new Result(Verdict.WAIT, false);
             }
             if ("ABORTED".equals(st)) {
-                return Verdict.SKIP;
+                return new Result(Verdict.SKIP, true);
             }
             if ("COMMITTED".equals(st)) {
-                return winners(h.get("win"), headerKey).contains(e.writer())
-                        ? Verdict.DELIVER : Verdict.SKIP;
+                boolean won = winners(h.get("win"), headerKey).contains(e.writer());
+                return new Result(won ? Verdict.DELIVER : Verdict.SKIP, true);
             }
             throw new IllegalStateException(headerKey + ": state " + st + " is unknown to this version");
         }
         if (!collected(e.partition(), e.seq())) {
-            return Verdict.SKIP; // lost with a rollback of the store, or foreign
+            // lost with a rollback of the store, or forged; not final: a forged id may be
+            // handed out later, and its real entries must not inherit this
+            return new Result(Verdict.SKIP, false);
         }
         boolean aborted = view.sismember(k.abortedWriters(e.partition(), segment),
                 e.seq() + "|" + e.writer());
-        return aborted ? Verdict.SKIP : Verdict.DELIVER;
+        return new Result(aborted ? Verdict.SKIP : Verdict.DELIVER, true);
+    }
+
+    /** Whether the transaction has ended for the gate: decided (and, under waitaof,
+     *  marked fsynced), or its header gone (collected, or never this store's). */
+    public boolean ended(int p, long seq) {
+        Map<String, String> h = view.hgetall(ns.keys().header(p, seq));
+        if (h.isEmpty()) {
+            return true;
+        }
+        String st = h.get("st");
+        return !"OPEN".equals(st) && (!waitaof || "1".equals(h.get("fs")));
     }
 
     /** In the collected set, or at or below the watermark and in no gap of possibly lost ids. */

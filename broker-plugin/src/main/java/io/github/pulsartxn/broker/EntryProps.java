@@ -23,7 +23,20 @@ final class EntryProps {
     private EntryProps() {
     }
 
+    /** Never more than this decompressed: a producer chooses the size it claims. */
+    static final int MAX_UNCOMPRESSED = 64 << 20;
+
     static List<Map<String, String>> of(Entry entry, MessageMetadata md) throws IOException {
+        try {
+            return read(entry, md);
+        } catch (Unreadable e) {
+            throw e;
+        } catch (Throwable e) { // corrupt or hostile bytes: they never become readable
+            throw new Unreadable("the entry does not decode: " + e);
+        }
+    }
+
+    private static List<Map<String, String>> read(Entry entry, MessageMetadata md) throws IOException {
         if (!md.hasNumMessagesInBatch()) {
             return List.of(props(md.getPropertiesList()));
         }
@@ -35,6 +48,12 @@ final class EntryProps {
         Commands.skipMessageMetadata(buf);
         ByteBuf payload = buf;
         boolean decoded = md.getCompression() != CompressionType.NONE;
+        if (decoded && (md.getUncompressedSize() < 0 || md.getUncompressedSize() > MAX_UNCOMPRESSED)) {
+            throw new Unreadable("a batch claiming " + md.getUncompressedSize() + " bytes uncompressed");
+        }
+        if (md.getNumMessagesInBatch() < 1 || md.getNumMessagesInBatch() > 1_000_000) {
+            throw new Unreadable("a batch of " + md.getNumMessagesInBatch() + " messages");
+        }
         if (decoded) {
             payload = CompressionCodecProvider.getCompressionCodec(md.getCompression())
                     .decode(buf, md.getUncompressedSize());

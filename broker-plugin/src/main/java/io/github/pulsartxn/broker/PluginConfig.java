@@ -1,8 +1,11 @@
 package io.github.pulsartxn.broker;
 
-import java.net.URI;
+import java.net.URLDecoder;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 
 /**
@@ -12,7 +15,7 @@ import java.util.Properties;
  * ever reaches a log or an error.
  */
 public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<String> pulsarNamespaces,
-                           String exemptPrefix, int cacheSize) {
+                           String exemptPrefix, int cacheSize, boolean waitaof) {
 
     public static final String URL = "ptxn.metastoreUrl";
     public static final String NAMESPACE = "ptxn.metastoreNamespace";
@@ -46,8 +49,40 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
             throw new IllegalArgumentException("pulsar-txn broker plugin: " + CACHE + " must be a number, got '"
                     + p.getProperty(CACHE) + "'");
         }
-        return new PluginConfig(url, p.getProperty(NAMESPACE, "ptxn").strip(), namespaces,
-                p.getProperty(EXEMPT, "__ptxn").strip(), cache);
+        // the library's URL options: ?namespace= names the metastore namespace as
+        // ptxn.metastoreNamespace does (both given: they must agree); ?durability=waitaof
+        // makes a decision final only once its committer marked it fsynced
+        Map<String, String> q = query(url);
+        String ns = p.getProperty(NAMESPACE, "").strip();
+        String fromUrl = q.getOrDefault("namespace", "");
+        if (!ns.isEmpty() && !fromUrl.isEmpty() && !ns.equals(fromUrl)) {
+            throw new IllegalArgumentException("pulsar-txn broker plugin: " + NAMESPACE + " '" + ns
+                    + "' and the namespace in " + URL + " '" + fromUrl + "' differ");
+        }
+        ns = !ns.isEmpty() ? ns : !fromUrl.isEmpty() ? fromUrl : "ptxn";
+        String durability = q.getOrDefault("durability", "strict");
+        if (!List.of("strict", "waitaof", "relaxed").contains(durability)) {
+            throw new IllegalArgumentException("pulsar-txn broker plugin: durability '" + durability
+                    + "' in " + URL + " is not strict, waitaof or relaxed");
+        }
+        return new PluginConfig(url, ns, namespaces, p.getProperty(EXEMPT, "__ptxn").strip(), cache,
+                durability.equals("waitaof"));
+    }
+
+    private static Map<String, String> query(String url) {
+        Map<String, String> out = new HashMap<>();
+        int q = url.indexOf('?');
+        if (q < 0) {
+            return out;
+        }
+        for (String kv : url.substring(q + 1).split("&")) {
+            int eq = kv.indexOf('=');
+            if (eq > 0) {
+                out.put(URLDecoder.decode(kv.substring(0, eq), StandardCharsets.UTF_8),
+                        URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8));
+            }
+        }
+        return out;
     }
 
     /** The URL without its credentials. */
@@ -55,16 +90,19 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         return redact(metastoreUrl);
     }
 
+    /** Scheme, host, port and path only: userinfo (whatever its characters) and the
+     *  query (a ?password=) never appear. */
     static String redact(String url) {
-        try {
-            URI u = new URI(url);
-            if (u.getUserInfo() == null) {
-                return url;
-            }
-            return new URI(u.getScheme(), "***", u.getHost(), u.getPort(), u.getPath(), null, null).toString();
-        } catch (Exception e) {
-            return "<unparsable metastore URL>";
+        int s = url.indexOf("://");
+        if (s < 0) {
+            return "<not a URL>";
         }
+        String rest = url.substring(s + 3);
+        int at = rest.lastIndexOf('@'); // a password may hold '/', '?', '#' or '@'
+        String host = at >= 0 ? rest.substring(at + 1) : rest;
+        int q = host.indexOf('?');
+        String hidden = (at >= 0 ? "***@" : "") + (q >= 0 ? host.substring(0, q) : host);
+        return url.substring(0, s + 3) + hidden + (q >= 0 ? "?…" : "");
     }
 
     /** Whether a topic (persistent://tenant/ns/name) is one pulsar-txn's rule governs. */

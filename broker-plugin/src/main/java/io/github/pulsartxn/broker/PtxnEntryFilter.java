@@ -49,7 +49,7 @@ public class PtxnEntryFilter implements EntryFilter {
             return verdict == Verdict.SKIP ? FilterResult.REJECT : FilterResult.RESCHEDULE;
         } catch (EntryProps.Unreadable e) {
             return FilterResult.REJECT; // final: it never becomes readable
-        } catch (Exception e) {
+        } catch (Throwable e) {
             v.warn("an entry of " + topic + " could not be classified; rescheduled", e);
             return FilterResult.RESCHEDULE;
         }

@@ -57,6 +57,7 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
     @Override
     public CompletableFuture<Void> closeAsync() {
         closed = true;
+        recovered.completeExceptionally(new IllegalStateException(segment + ": closed"));
         verdicts.unregister(this);
         return super.closeAsync();
     }
@@ -85,8 +86,12 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
         }
         Position last = topic.getLastPosition(); // before the index: H1 covers what is below
         Namespace ns = verdicts.namespace();
+        if (ns == null) {
+            return; // not created yet, or misconfigured: hold, the tick warns
+        }
         Position g = last;
-        for (int p = 0; ns != null && p < ns.partitions(); p++) {
+        boolean pending = false;
+        for (int p = 0; p < ns.partitions(); p++) {
             List<String> members = verdicts.store().zrange(ns.keys().openWrites(p, segment));
             for (String m : members) {
                 String[] f = m.split("\\|", 3);
@@ -95,7 +100,8 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
                     continue;
                 }
                 if (f[0].equals("!")) {
-                    return; // may have appended anywhere above the gate: hold it
+                    pending = true; // may have appended anywhere above the gate: hold it
+                    continue;
                 }
                 long ledger = Long.parseUnsignedLong(f[0].substring(0, 16), 16);
                 long entry = Long.parseUnsignedLong(f[0].substring(16, 32), 16);
@@ -105,9 +111,14 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
                 }
             }
         }
-        if (g.compareTo(gate) > 0) {
+        if (!pending && g.compareTo(gate) > 0) {
             gate = g;
+            if (g.getEntryId() >= 0) {
+                // what getLastMessageId answers (hasMessageAvailable, the library's own
+                // last-entry probe): an entry at or below the gate, never above it
+                topic.updateLastDispatchablePosition(g);
+            }
         }
-        recovered.complete(null);
+        recovered.complete(null); // the index was read: what the gate is, is known
     }
 }

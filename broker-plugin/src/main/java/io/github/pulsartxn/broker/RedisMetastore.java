@@ -1,6 +1,7 @@
 package io.github.pulsartxn.broker;
 
 import java.net.URI;
+import java.net.URISyntaxException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -19,7 +20,13 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     private final JedisPooled redis;
 
     public RedisMetastore(String url) {
-        URI u = URI.create(url);
+        URI u;
+        try {
+            u = new URI(url);
+        } catch (URISyntaxException e) { // its text holds the whole URL, password included
+            throw new IllegalArgumentException("the metastore URL " + PluginConfig.redact(url)
+                    + " is not a URL");
+        }
         // the library's options (?namespace=, ?durability=) are not Redis' own
         String path = u.getPath() == null ? "" : u.getPath();
         URI bare = URI.create(u.getScheme() + "://" + (u.getRawUserInfo() == null ? "" : u.getRawUserInfo() + "@")
@@ -76,6 +83,17 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     public StreamEntryID lastId(String key) {
         var info = redis.xrevrange(key, "+", "-", 1);
         return info.isEmpty() ? new StreamEntryID(0, 0) : info.get(0).getID();
+    }
+
+    /** The server process's run id (INFO server): a change means a restart, perhaps
+     *  from an older copy of its data, so nothing cached from before holds. */
+    public String runId() {
+        for (String line : redis.info("server").split("\r?\n")) {
+            if (line.startsWith("run_id:")) {
+                return line.substring(7).strip();
+            }
+        }
+        return "";
     }
 
     @Override

@@ -37,6 +37,7 @@ public final class Verdicts implements AutoCloseable {
     private final Thread watcher;
     private volatile boolean closed;
     private volatile long lastWarnMs;
+    private volatile String runId;
 
     private Verdicts(PluginConfig config) {
         this.config = config;
@@ -103,32 +104,36 @@ public final class Verdicts implements AutoCloseable {
         if (!props.containsKey(EntryTxn.PROP_TXN)) {
             return Verdict.DELIVER; // plain: no round trip, no cache entry
         }
-        String key = segment + '\u0000' + props.get(EntryTxn.PROP_TXN) + '\u0000'
-                + props.getOrDefault(EntryTxn.PROP_WRITER, "") + '\u0000'
-                + props.getOrDefault(EntryTxn.PROP_DEPLOYMENT, "\u0001");
+        Namespace ns = namespace();
+        if (ns == null) {
+            throw new IllegalStateException("pulsar-txn namespace '" + config.metastoreNamespace()
+                    + "' does not exist in the metastore " + config.shownUrl());
+        }
+        EntryTxn e = EntryTxn.of(props, ns.deployment(), ns.partitions());
+        if (e.kind() != EntryTxn.Kind.TXN) {
+            return e.kind() == EntryTxn.Kind.PLAIN ? Verdict.DELIVER : Verdict.SKIP;
+        }
+        // the parsed transaction and writer, never the raw text: two texts that parse
+        // differently must not share a verdict
+        String key = segment + '\u0000' + e.partition() + ':' + e.seq() + '\u0000' + e.writer();
         Verdict v = cache.get(key);
         if (v == null) {
-            Namespace ns = namespace();
-            if (ns == null) {
-                return Verdict.SKIP; // no namespace, no transaction: a forged property
-            }
-            v = new Classifier(store, ns).classify(props, segment);
-            if (v != Verdict.WAIT) {
+            Classifier.Result r = new Classifier(store, ns, config.waitaof()).classify(e, segment);
+            v = r.verdict();
+            if (r.isFinal()) {
                 cache.put(key, v);
             }
         }
         return v;
     }
 
-    /** Whether transaction (p, seq) has ended (a missing header: collected or never
-     *  ours, so not OPEN either). Ended is final and cached. */
+    /** Whether transaction (p, seq) has ended for the gate. Ended is final and cached. */
     boolean ended(Namespace ns, int p, long seq) {
         String key = p + ":" + seq;
         if (decided.containsKey(key)) {
             return true;
         }
-        String st = store.hgetall(ns.keys().header(p, seq)).get("st");
-        boolean done = !"OPEN".equals(st);
+        boolean done = new Classifier(store, ns, config.waitaof()).ended(p, seq);
         if (done) {
             decided.put(key, Boolean.TRUE);
         }
@@ -148,7 +153,7 @@ public final class Verdicts implements AutoCloseable {
         gates.remove(gate);
     }
 
-    void warn(String what, Exception e) {
+    void warn(String what, Throwable e) {
         long now = System.currentTimeMillis();
         if (now - lastWarnMs > 10_000) { // a Redis outage must not flood the broker's log
             lastWarnMs = now;
@@ -159,6 +164,28 @@ public final class Verdicts implements AutoCloseable {
     /** Gates below their topic's last entry look again: a `!` registration that got its
      *  position, an event missed while Redis was away. */
     private void tick() {
+        try {
+            String run = store.runId();
+            if (!run.equals(runId)) {
+                if (runId != null) {
+                    // a restart, perhaps from an older copy of the data (a restore): a
+                    // decision cached from before may be gone, the namespace reset
+                    log.warn("pulsar-txn broker plugin: the metastore {} restarted (run id changed); "
+                            + "cached verdicts dropped", config.shownUrl());
+                    cache.clear();
+                    decided.clear();
+                    namespace = null;
+                }
+                runId = run;
+            }
+            if (namespace() == null) {
+                warn("the pulsar-txn namespace '" + config.metastoreNamespace()
+                        + "' does not exist yet; its Pulsar topics are held", new IllegalStateException(
+                        "no " + KeyLayout.config(config.metastoreNamespace())));
+            }
+        } catch (RuntimeException e) {
+            warn("the metastore could not be asked; gates hold", e);
+        }
         for (PtxnTransactionBuffer g : gates) {
             if (g.behind()) {
                 g.schedule(exec);

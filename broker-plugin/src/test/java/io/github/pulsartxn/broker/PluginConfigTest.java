@@ -1,0 +1,71 @@
+package io.github.pulsartxn.broker;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.Properties;
+import org.junit.jupiter.api.Test;
+
+/** What an operator writes in broker.conf, and what the plugin makes of it. */
+class PluginConfigTest {
+
+    static Properties props(String url) {
+        Properties p = new Properties();
+        p.setProperty(PluginConfig.URL, url);
+        p.setProperty(PluginConfig.GOVERNED, "public/default, acme/orders");
+        return p;
+    }
+
+    @Test
+    void noPasswordEverAppearsInTheShownUrl() {
+        for (String url : new String[] {"redis://u:S3CR3T@h:6379/0", "redis://:S3CR3T@h:6379",
+                "rediss://u:S3/CR#3T?@h:6380", "redis://h:6379?password=S3CR3T",
+                "redis://S3CR3T@h:1"}) {
+            String shown = PluginConfig.redact(url);
+            assertFalse(shown.contains("S3"), shown);
+            assertTrue(shown.contains("h:"), shown);
+        }
+        assertEquals("<not a URL>", PluginConfig.redact("S3CR3T"));
+    }
+
+    @Test
+    void aBadUrlIsRefusedWithoutItsPassword() {
+        var e = assertThrows(IllegalArgumentException.class,
+                () -> new RedisMetastore("redis://u:S3 CR3T@h:6379"));
+        assertFalse(e.getMessage().contains("S3"), e.getMessage());
+    }
+
+    @Test
+    void theLibrarysUrlOptionsAreHonoured() {
+        PluginConfig c = PluginConfig.from(props("redis://h:6379?namespace=orders&durability=waitaof"));
+        assertEquals("orders", c.metastoreNamespace());
+        assertTrue(c.waitaof());
+        Properties p = props("redis://h:6379?namespace=orders");
+        p.setProperty(PluginConfig.NAMESPACE, "other");
+        var e = assertThrows(IllegalArgumentException.class, () -> PluginConfig.from(p));
+        assertTrue(e.getMessage().contains(PluginConfig.NAMESPACE), e.getMessage());
+        assertThrows(IllegalArgumentException.class,
+                () -> PluginConfig.from(props("redis://h:6379?durability=eventually")));
+    }
+
+    @Test
+    void onlyTopicsOfTheGovernedNamespacesAreGoverned() {
+        PluginConfig c = PluginConfig.from(props("redis://h:6379"));
+        assertTrue(c.governs("persistent://public/default/t"));
+        assertTrue(c.governs("persistent://acme/orders/t-partition-0"));
+        assertFalse(c.governs("persistent://public/other/t"));
+        assertFalse(c.governs("non-persistent://public/default/t"));
+    }
+
+    @Test
+    void missingSettingsAreNamed() {
+        var e = assertThrows(IllegalArgumentException.class, () -> PluginConfig.from(new Properties()));
+        assertTrue(e.getMessage().contains(PluginConfig.URL), e.getMessage());
+        Properties p = new Properties();
+        p.setProperty(PluginConfig.URL, "redis://h:1");
+        e = assertThrows(IllegalArgumentException.class, () -> PluginConfig.from(p));
+        assertTrue(e.getMessage().contains(PluginConfig.GOVERNED), e.getMessage());
+    }
+}

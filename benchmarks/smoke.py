@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["bench_core.py", "bench_scalable.py", "bench_source.py", "bench_sink.py",
               "bench_pipeline.py", "bench_soak.py", "bench_cluster.py", "bench_schemas.py",
-              "peer/run"]
+              "bench_plugin.py", "peer/run"]
 
 
 def main() -> int:

@@ -2,7 +2,6 @@ package io.github.pulsartxn.broker;
 
 import io.netty.buffer.ByteBuf;
 import java.io.IOException;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -26,7 +25,14 @@ final class EntryProps {
     /** Never more than this decompressed: a producer chooses the size it claims. */
     static final int MAX_UNCOMPRESSED = 64 << 20;
 
-    static List<Map<String, String>> of(Entry entry, MessageMetadata md) throws IOException {
+    private static final String[] PROTOCOL = {EntryTxn.PROP_TXN, EntryTxn.PROP_WRITER, EntryTxn.PROP_DEPLOYMENT};
+
+    /**
+     * The protocol properties (only those) the entry's messages share; throws
+     * {@link Unreadable} if they differ (a mixed batch: never pulsar-txn's) or the entry
+     * does not decode. Each message's metadata is parsed in place: no slice, no map.
+     */
+    static Map<String, String> protocolOf(Entry entry, MessageMetadata md) throws IOException {
         try {
             return read(entry, md);
         } catch (Unreadable e) {
@@ -36,9 +42,9 @@ final class EntryProps {
         }
     }
 
-    private static List<Map<String, String>> read(Entry entry, MessageMetadata md) throws IOException {
+    private static Map<String, String> read(Entry entry, MessageMetadata md) throws IOException {
         if (!md.hasNumMessagesInBatch()) {
-            return List.of(props(md.getPropertiesList()));
+            return protocol(md.getPropertiesList());
         }
         if (md.getEncryptionKeysCount() > 0) {
             throw new Unreadable("an encrypted batch: its properties cannot be read");
@@ -51,28 +57,52 @@ final class EntryProps {
         if (decoded && (md.getUncompressedSize() < 0 || md.getUncompressedSize() > MAX_UNCOMPRESSED)) {
             throw new Unreadable("a batch claiming " + md.getUncompressedSize() + " bytes uncompressed");
         }
-        if (md.getNumMessagesInBatch() < 1 || md.getNumMessagesInBatch() > 1_000_000) {
-            throw new Unreadable("a batch of " + md.getNumMessagesInBatch() + " messages");
+        int n = md.getNumMessagesInBatch();
+        if (n < 1 || n > 1_000_000) {
+            throw new Unreadable("a batch of " + n + " messages");
         }
         if (decoded) {
             payload = CompressionCodecProvider.getCompressionCodec(md.getCompression())
                     .decode(buf, md.getUncompressedSize());
         }
         try {
-            int n = md.getNumMessagesInBatch();
-            List<Map<String, String>> out = new ArrayList<>(n);
+            SingleMessageMetadata smm = new SingleMessageMetadata();
+            Map<String, String> first = null;
             for (int i = 0; i < n; i++) {
-                SingleMessageMetadata smm = new SingleMessageMetadata();
-                ByteBuf single = Commands.deSerializeSingleMessageInBatch(payload, smm, i, n);
-                single.release();
-                out.add(props(smm.getPropertiesList()));
+                int size = payload.readInt();
+                smm.parseFrom(payload, size);
+                payload.skipBytes(smm.getPayloadSize());
+                Map<String, String> props = protocol(smm.getPropertiesList());
+                if (first == null) {
+                    first = props;
+                } else if (!first.equals(props)) {
+                    throw new Unreadable("a batch whose messages differ in the protocol properties");
+                }
             }
-            return out;
+            return first;
         } finally {
             if (decoded) {
                 payload.release();
             }
         }
+    }
+
+    private static Map<String, String> protocol(List<KeyValue> kvs) {
+        Map<String, String> out = null;
+        for (KeyValue kv : kvs) {
+            String k = kv.getKey();
+            if (k.startsWith("__ptxn.")) {
+                for (String p : PROTOCOL) {
+                    if (p.equals(k)) {
+                        if (out == null) {
+                            out = new HashMap<>(4);
+                        }
+                        out.put(k, kv.getValue());
+                    }
+                }
+            }
+        }
+        return out == null ? Map.of() : out;
     }
 
     /** An entry whose properties can never be read here: never delivered. */
@@ -84,11 +114,4 @@ final class EntryProps {
         }
     }
 
-    private static Map<String, String> props(List<KeyValue> kvs) {
-        Map<String, String> out = new HashMap<>();
-        for (KeyValue kv : kvs) {
-            out.put(kv.getKey(), kv.getValue());
-        }
-        return out;
-    }
 }

@@ -1,7 +1,5 @@
 package io.github.pulsartxn.broker;
 
-import java.util.List;
-import java.util.Map;
 import org.apache.bookkeeper.mledger.Entry;
 import org.apache.pulsar.broker.service.Subscription;
 import org.apache.pulsar.broker.service.plugin.EntryFilter;
@@ -32,18 +30,8 @@ public class PtxnEntryFilter implements EntryFilter {
             return FilterResult.ACCEPT;
         }
         try {
-            List<Map<String, String>> messages = EntryProps.of(entry, context.getMsgMetadata());
-            Verdict verdict = null;
-            Map<String, String> first = null;
-            for (Map<String, String> props : messages) {
-                if (first == null) {
-                    first = props;
-                    verdict = v.classify(props, topic);
-                } else if (!sameProtocol(first, props)) {
-                    return FilterResult.REJECT; // a mixed batch: not written by pulsar-txn
-                }
-            }
-            if (verdict == null || verdict == Verdict.DELIVER) {
+            Verdict verdict = v.classify(EntryProps.protocolOf(entry, context.getMsgMetadata()), topic);
+            if (verdict == Verdict.DELIVER) {
                 return FilterResult.ACCEPT;
             }
             return verdict == Verdict.SKIP ? FilterResult.REJECT : FilterResult.RESCHEDULE;
@@ -53,15 +41,6 @@ public class PtxnEntryFilter implements EntryFilter {
             v.warn("an entry of " + topic + " could not be classified; rescheduled", e);
             return FilterResult.RESCHEDULE;
         }
-    }
-
-    private static boolean sameProtocol(Map<String, String> a, Map<String, String> b) {
-        for (String k : new String[] {EntryTxn.PROP_TXN, EntryTxn.PROP_WRITER, EntryTxn.PROP_DEPLOYMENT}) {
-            if (!java.util.Objects.equals(a.get(k), b.get(k))) {
-                return false;
-            }
-        }
-        return true;
     }
 
     @Override

@@ -249,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     _txn_commands(sub, common)
     _wire_format_command(sub, common)
+    init = sub.add_parser("init", help="create the namespace if it does not exist (the one "
+                          "step before a broker plugin governs its topics) and print it",
+                          parents=common)
+    init.add_argument("--partitions", type=int, metavar="P",
+                      help="metastore partitions of a new namespace (default: the library's)")
     mt = sub.add_parser("metrics", help="Prometheus metrics of the deployment")
     ms = mt.add_subparsers(dest="metrics_cmd", required=True, metavar="COMMAND")
     serve = ms.add_parser("serve", help="serve /metrics over HTTP until interrupted; with "
@@ -314,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         # only an explicit write may create a namespace: a read (list, describe, find,
         # batch), an abort or a sweep of one that does not exist names those that do
         switching = args.cmd == "wire-format" and bool(args.upgrade or args.downgrade)
+        if args.cmd == "init":
+            store = open_store(args.metastore, namespace=args.namespace, create=True,
+                               partitions=args.partitions)
+            _print([{"namespace": args.namespace, "partitions": store.partitions,
+                     "layout": store.keys.layout, "deployment": store.deployment}], args.json)
+            return 0
         store = open_store(args.metastore, namespace=args.namespace, create=switching)
         coord = TransactionCoordinator(store, materialize_inline=True)  # done before exit
         return _txn_main(store, coord, args)

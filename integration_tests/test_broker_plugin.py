@@ -118,6 +118,15 @@ def _open(plain, topic: str, kind: str):
     return c, receive
 
 
+def _plain_committed(plain, topic: str, want: int = 0) -> list[bytes]:
+    """What a plain Exclusive consumer gets: ``want`` messages, then a quiet second."""
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        return [m.data() for m in _drain(receive, want=want or None) + _drain(receive)]
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("kind", list(SUBSCRIPTIONS))
 def test_plain_consumer_is_held_at_an_open_txn_and_sees_each_committed_entry_once_in_order(
         writer, plain, topic, kind):
@@ -158,11 +167,7 @@ def test_a_plain_producers_forged_protocol_properties_are_never_delivered(writer
         forger.send(b"forged", properties=props)
     forger.send(b"plain-after")
     forger.close()
-    consumer, receive = _open(plain, topic, "exclusive")
-    try:
-        got = [m.data() for m in _drain(receive, want=2) + _drain(receive)]
-    finally:
-        consumer.close()
+    got = _plain_committed(plain, topic, want=2)
     assert got == [b"real", b"plain-after"], got
 
 
@@ -287,11 +292,7 @@ def test_after_gc_a_replay_from_earliest_gives_the_committed_set(writer, plain, 
         p.send(f"t{i}".encode(), txn=t)
         t.commit() if i != 1 else t.abort()
     assert writer.coordinator.sweep_gc(retention_ms=0) >= 2
-    consumer, receive = _open(plain, topic, "exclusive")
-    try:
-        got = [m.data() for m in _drain(receive, want=2) + _drain(receive)]
-    finally:
-        consumer.close()
+    got = _plain_committed(plain, topic, want=2)
     assert got == [b"t0", b"t2"], got
 
 
@@ -380,12 +381,6 @@ def test_a_plain_java_consumer_is_held_at_an_open_txn_and_sees_each_committed_en
     assert after == ["msg held-0", "msg plain-1"], after
 
 
-def _plain_committed(plain, topic: str) -> list[bytes]:
-    consumer, receive = _open(plain, topic, "exclusive")
-    try:
-        return [m.data() for m in _drain(receive, quiet_s=1.5)]
-    finally:
-        consumer.close()
 
 
 def _raw_count(plain, topic: str) -> int:
@@ -414,7 +409,7 @@ def test_the_spark_sinks_failed_task_attempt_never_reaches_a_plain_consumer(
                    tmp_path / "ck", fault="fail-first-attempt:1", master="local[2,2]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert _raw_count(plain, topic) > sum(expected.values()), "no losing attempt was written"
-    got = _plain_committed(plain, topic)
+    got = _plain_committed(plain, topic, want=sum(expected.values()))
     assert Counter(got) == expected  # each row once, the losing attempt's copies never
 
 
@@ -434,7 +429,7 @@ def test_the_spark_sinks_speculative_attempt_never_reaches_a_plain_consumer(
         cluster.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     assert _raw_count(plain, topic) > sum(expected.values()), "no speculative attempt ran"
-    assert Counter(_plain_committed(plain, topic)) == expected
+    assert Counter(_plain_committed(plain, topic, want=sum(expected.values()))) == expected
 
 
 @pytest.mark.spark

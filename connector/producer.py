@@ -63,6 +63,22 @@ class Producer:
         self.native = client.create_producer(self.segment, **kwargs)
         self._bytes_only = kwargs.get("schema") is None
         self.entries = _EntrySends(client, self, kwargs) if _per_entry_ok(kwargs) else None
+        self._sender: object = _NOBODY
+        self._sender_lock = threading.Lock()
+
+    def _one_sender_per_entry(self, txn: Transaction | None) -> None:
+        """Cut the user's producer's open batch when the sender changes (plain, or another
+        transaction): an entry then holds one sender's messages. The broker plugin
+        decides whole entries (an entry filter cannot split a batch), so a plain or
+        committed message batched with an aborted one would share its fate. Not from
+        several threads at once with different senders: their sends can still meet in
+        one batch (use a producer per thread)."""
+        sender = None if txn is None else txn.id
+        with self._sender_lock:
+            if sender != self._sender:
+                if self._sender is not _NOBODY:
+                    self.native._producer.flush_async(_ignore)  # sends it now, no wait
+                self._sender = sender
 
     def _check(self, value: object, key: object, event_time_ms: object) -> None:
         check_send(value, key, event_time_ms, self._bytes_only)
@@ -76,6 +92,7 @@ class Producer:
         with send_errors_named(self.segment, value, self.service_url):
             if self.entries is not None:
                 self.entries.before_other_send()
+            self._one_sender_per_entry(txn)
             if txn is None:
                 return self.native.send(value, properties=user_props(properties),
                                         **send_kw(key, event_time_ms))
@@ -101,6 +118,7 @@ class Producer:
                 raise
         if entries is not None:
             entries.before_other_send()
+        self._one_sender_per_entry(txn)
         if txn is None:
             self.native.send_async(value, callback or (lambda r, m: None),
                                    properties=user_props(properties),
@@ -366,6 +384,9 @@ class _CommitFlush:
 
     def __hash__(self) -> int:
         return hash((id(self._sends), self._txn_id))
+
+
+_NOBODY = object()  # no send yet on the user's producer
 
 
 def _ignore(*_args) -> None:

@@ -9,6 +9,7 @@ on one producer. tests/test_producer_per_entry.py plays every other failure path
 from __future__ import annotations
 
 import pytest
+from helpers import raw_entries
 
 from pulsar_txn.errors import AppendFailed, ReadTimeout
 from pulsar_txn.state import TxnState
@@ -77,3 +78,30 @@ def test_plain_and_transactional_sends_keep_their_order_on_one_producer(client, 
     got = _read(client, topic, 401)
     assert got == [*(b"t%d" % i for i in range(300)), b"plain",
                    *(b"t%d" % i for i in range(300, 400))]
+
+
+def test_an_entry_never_mixes_senders_on_the_users_producer(client, plain_pulsar, topic_name):
+    """A batched entry holds one sender's messages: plain, or one transaction's. The broker
+    plugin decides a whole entry (an entry filter cannot split a batch), so a plain
+    message or a committed one batched with another sender's would share its fate
+    (review of issue 28, finding 4). The sends go through the user's batching producer:
+    with callbacks, one transaction after another, a plain send between."""
+    topic = topic_name("senders")
+    p = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=200)
+    t1, t2 = client.new_transaction(), client.new_transaction()
+    p.send_async(b"plain-0", lambda r, m: None)
+    p.send(b"t1-0", txn=t1)  # T1's first append is synchronous
+    p.send_async(b"t1-1", lambda r, m: None, txn=t1)
+    p.send(b"t2-0", txn=t2)
+    p.send_async(b"t2-1", lambda r, m: None, txn=t2)
+    p.send_async(b"plain-1", lambda r, m: None)
+    p.flush()
+    t1.commit()
+    t2.commit()
+    senders: dict = {}
+    for m in raw_entries(plain_pulsar, topic):
+        mid = m.message_id()
+        senders.setdefault((mid.ledger_id(), mid.entry_id()), set()).add(
+            m.properties().get("__ptxn.txn"))
+    assert len(senders) >= 4, senders
+    assert all(len(s) == 1 for s in senders.values()), senders

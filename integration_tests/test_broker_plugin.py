@@ -25,7 +25,7 @@ from pulsar_txn.admin import admin_request
 from pulsar_txn.client import PulsarTxnClient, quiet_logger
 from pulsar_txn.harness import broker_plugin
 from pulsar_txn.harness.redis_server import RedisServer
-from pulsar_txn.harness.standalone import PulsarStandalone
+from pulsar_txn.harness.services import start_broker
 from pulsar_txn.metastore import RedisMetadataStore
 from pulsar_txn.records import txn_properties
 
@@ -53,12 +53,9 @@ def plugin_broker(plugin_redis, tmp_path_factory):
     # an operator's first step: the namespace exists before the broker governs its
     # topics (until it does, the plugin holds them: it cannot tell a typo from "not yet")
     RedisMetadataStore(f"{plugin_redis.url}?namespace={METASTORE_NS}").close()
-    jar, nar = broker_plugin.build(REPO / "broker-plugin",
-                                   settings=REPO / "benchmarks/peer/maven-settings.xml")
-    conf = "" if PLUGIN_OFF else broker_plugin.broker_conf(
-        workdir, nar, plugin_redis.url, METASTORE_NS)
-    b = PulsarStandalone(workdir, extra_conf=conf, extra_classpath=() if PLUGIN_OFF else (jar,))
-    b.start()
+    plugin = None if PLUGIN_OFF else broker_plugin.Governing(
+        plugin_redis.url, METASTORE_NS, REPO / "broker-plugin")
+    b = start_broker("standalone", workdir, plugin=plugin)
     yield b
     b.stop()
 
@@ -448,3 +445,33 @@ def test_the_spark_source_reads_the_committed_set_on_a_plugin_broker(
     aborted.abort()
     df = source_df(spark, plugin_broker, plugin_redis, METASTORE_NS, stream=False, topic=topic)
     assert sorted(bytes(r.value) for r in df.select("value").collect()) == [b"c0", b"c1", b"c2"]
+
+
+def test_after_a_namespace_reset_the_new_deployments_commits_reach_plain_consumers(
+        plugin_broker, plugin_redis, plain, topic):
+    """The operator wipes the namespace and initialises it again (docs/operations.md, a
+    reset: a new deployment id) while the broker runs. The plugin reads the config again
+    before it rejects anything for naming another deployment: the new deployment's
+    committed entries are delivered, its aborted ones are not (review of issue 28,
+    finding 5). Last in this module: it resets the namespace the others share."""
+    import redis
+
+    with PulsarTxnClient(plugin_broker.service_url, plugin_redis.url, namespace=METASTORE_NS,
+                         create_namespace=True) as before:
+        with before.transaction() as t:
+            before.create_producer(topic).send(b"old-deployment", txn=t)
+    assert _plain_committed(plain, topic, want=1) == [b"old-deployment"]
+    r = redis.Redis.from_url(plugin_redis.url)
+    for key in list(r.scan_iter(match=f"*{METASTORE_NS}*", count=1000)):
+        r.delete(key)
+    r.close()
+    with PulsarTxnClient(plugin_broker.service_url, plugin_redis.url, namespace=METASTORE_NS,
+                         create_namespace=True) as after:
+        fresh = f"{topic}-after-reset"
+        p = after.create_producer(fresh)
+        aborted = after.new_transaction()
+        p.send(b"aborted", txn=aborted)
+        aborted.abort()
+        with after.transaction() as t:
+            p.send(b"new-deployment", txn=t)
+        assert _plain_committed(plain, fresh, want=1) == [b"new-deployment"]

@@ -34,6 +34,7 @@ public final class Verdicts implements AutoCloseable {
     private final Map<String, Boolean> decided;
     private final Set<PtxnTransactionBuffer> gates = ConcurrentHashMap.newKeySet();
     private final ScheduledExecutorService exec;
+    private final ScheduledExecutorService ticker;
     private final Thread watcher;
     private volatile boolean closed;
     private volatile long lastWarnMs;
@@ -45,7 +46,10 @@ public final class Verdicts implements AutoCloseable {
         this.cache = lru(config.cacheSize());
         this.decided = lru(config.cacheSize());
         this.exec = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "ptxn-gates"));
-        this.exec.scheduleWithFixedDelay(this::tick, 500, 500, TimeUnit.MILLISECONDS);
+        // its own thread: a restore or a reset is noticed on time even while gate
+        // computations wait for an unreachable Redis
+        this.ticker = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "ptxn-tick"));
+        this.ticker.scheduleWithFixedDelay(this::tick, 500, 500, TimeUnit.MILLISECONDS);
         this.watcher = daemon(this::watch, "ptxn-events");
         this.watcher.start();
         log.info("pulsar-txn broker plugin: metastore {} namespace '{}', governing {}",
@@ -110,6 +114,21 @@ public final class Verdicts implements AutoCloseable {
                     + "' does not exist in the metastore " + config.shownUrl());
         }
         EntryTxn e = EntryTxn.of(props, ns.deployment(), ns.partitions());
+        if (e.kind() == EntryTxn.Kind.NEVER) {
+            // REJECT is permanent: before it, the namespace's config as it is now (a
+            // reset may have given it another deployment id or partition count)
+            Namespace now = Namespace.readIfExists(store, config.metastoreNamespace());
+            if (now == null) {
+                throw new IllegalStateException("pulsar-txn namespace '" + config.metastoreNamespace()
+                        + "' does not exist in the metastore " + config.shownUrl());
+            }
+            if (!now.equals(ns)) {
+                cache.clear();
+                decided.clear();
+                namespace = ns = now;
+                e = EntryTxn.of(props, ns.deployment(), ns.partitions());
+            }
+        }
         if (e.kind() != EntryTxn.Kind.TXN) {
             return e.kind() == EntryTxn.Kind.PLAIN ? Verdict.DELIVER : Verdict.SKIP;
         }
@@ -178,13 +197,25 @@ public final class Verdicts implements AutoCloseable {
                 }
                 runId = run;
             }
-            if (namespace() == null) {
+            // a reset (the namespace wiped and made again, perhaps with another deployment
+            // id or partition count) without a restart: read its config every tick
+            Namespace now = Namespace.readIfExists(store, config.metastoreNamespace());
+            Namespace was = namespace;
+            if (was != null && !was.equals(now)) {
+                log.warn("pulsar-txn broker plugin: namespace '{}' changed in the metastore {} "
+                        + "(a reset); cached verdicts dropped", config.metastoreNamespace(), config.shownUrl());
+                cache.clear();
+                decided.clear();
+            }
+            namespace = now;
+            if (now == null) {
                 warn("the pulsar-txn namespace '" + config.metastoreNamespace()
                         + "' does not exist yet; its Pulsar topics are held", new IllegalStateException(
                         "no " + KeyLayout.config(config.metastoreNamespace())));
             }
         } catch (RuntimeException e) {
-            warn("the metastore could not be asked; gates hold", e);
+            warn("the metastore could not be asked (its ACL user needs +info and +hgetall to "
+                    + "notice a restore or a reset); gates hold", e);
         }
         for (PtxnTransactionBuffer g : gates) {
             if (g.behind()) {
@@ -195,6 +226,7 @@ public final class Verdicts implements AutoCloseable {
 
     private void watch() {
         Map<String, StreamEntryID> after = null;
+        Namespace watched = null;
         while (!closed) {
             try {
                 Namespace ns = namespace();
@@ -202,7 +234,8 @@ public final class Verdicts implements AutoCloseable {
                     sleep(500); // nothing to watch until the library creates it
                     continue;
                 }
-                if (after == null) {
+                if (after == null || ns != watched) { // first, or after a reset
+                    watched = ns;
                     after = new LinkedHashMap<>();
                     for (int p = 0; p < ns.partitions(); p++) {
                         String k = ns.keys().events(p);
@@ -235,6 +268,7 @@ public final class Verdicts implements AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        ticker.shutdownNow();
         exec.shutdownNow();
         store.close();
     }

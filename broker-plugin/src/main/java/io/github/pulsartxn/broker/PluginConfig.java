@@ -1,5 +1,7 @@
 package io.github.pulsartxn.broker;
 
+import java.net.URI;
+import java.net.URISyntaxException;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
@@ -96,6 +98,16 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         int s = url.indexOf("://");
         if (s < 0) {
             return "<not a URL>";
+        }
+        try { // as the connection reads it: a query may hold '@' too (?password=a@b)
+            URI u = new URI(url);
+            if (u.getHost() != null) {
+                return u.getScheme() + "://" + (u.getRawUserInfo() != null ? "***@" : "") + u.getHost()
+                        + (u.getPort() >= 0 ? ":" + u.getPort() : "")
+                        + (u.getRawPath() == null ? "" : u.getRawPath()) + (u.getRawQuery() != null ? "?…" : "");
+            }
+        } catch (URISyntaxException e) {
+            // not a URI: the text alone, as below
         }
         String rest = url.substring(s + 3);
         int at = rest.lastIndexOf('@'); // a password may hold '/', '?', '#' or '@'

@@ -21,16 +21,34 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
 
     public RedisMetastore(String url) {
         URI u;
+        String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
         try {
             u = new URI(url);
         } catch (URISyntaxException e) { // its text holds the whole URL, password included
-            throw new IllegalArgumentException("the metastore URL " + PluginConfig.redact(url)
-                    + " is not a URL");
+            throw new IllegalArgumentException(shown + " is not a URL");
         }
-        // the library's options (?namespace=, ?durability=) are not Redis' own
-        String path = u.getPath() == null ? "" : u.getPath();
-        URI bare = URI.create(u.getScheme() + "://" + (u.getRawUserInfo() == null ? "" : u.getRawUserInfo() + "@")
-                + u.getHost() + ":" + (u.getPort() < 0 ? 6379 : u.getPort()) + path);
+        if (u.getHost() == null) {
+            throw new IllegalArgumentException(shown + ": no host name a URL allows (letters, digits,"
+                    + " '-' and '.'; not '_')");
+        }
+        String query = u.getRawQuery() == null ? "" : "&" + u.getRawQuery();
+        if (query.contains("&password=")) {
+            throw new IllegalArgumentException(shown + ": the password goes in the userinfo"
+                    + " (redis://user:password@host), not in ?password=");
+        }
+        // the library's options (?namespace=, ?durability=) are not Redis' own; the path
+        // is the database number, kept encoded as it was written
+        String path = u.getRawPath() == null ? "" : u.getRawPath();
+        if (!path.matches("(/[0-9]*)?")) {
+            throw new IllegalArgumentException(shown + ": the path must be a database number (/0)");
+        }
+        URI bare;
+        try {
+            bare = new URI(u.getScheme() + "://" + (u.getRawUserInfo() == null ? "" : u.getRawUserInfo() + "@")
+                    + u.getHost() + ":" + (u.getPort() < 0 ? 6379 : u.getPort()) + path);
+        } catch (URISyntaxException e) {
+            throw new IllegalArgumentException(shown + " is not a URL");
+        }
         this.redis = new JedisPooled(bare);
     }
 

@@ -22,7 +22,7 @@ class PluginConfigTest {
     void noPasswordEverAppearsInTheShownUrl() {
         for (String url : new String[] {"redis://u:S3CR3T@h:6379/0", "redis://:S3CR3T@h:6379",
                 "rediss://u:S3/CR#3T?@h:6380", "redis://h:6379?password=S3CR3T",
-                "redis://S3CR3T@h:1"}) {
+                "redis://S3CR3T@h:1", "redis://h:6379/0?password=S3@cd", "redis://h:6379?x=S3@h:1"}) {
             String shown = PluginConfig.redact(url);
             assertFalse(shown.contains("S3"), shown);
             assertTrue(shown.contains("h:"), shown);
@@ -35,6 +35,17 @@ class PluginConfigTest {
         var e = assertThrows(IllegalArgumentException.class,
                 () -> new RedisMetastore("redis://u:S3 CR3T@h:6379"));
         assertFalse(e.getMessage().contains("S3"), e.getMessage());
+    }
+
+    @Test
+    void aUrlTheLibraryReadsDifferentlyIsRefusedNamedAndWithoutItsPassword() {
+        // review of issue 28, finding 10: each was read wrong or echoed the password
+        for (String url : new String[] {"redis://:S3CR3T@h:6379/%7B", "redis://:S3CR3T@redis_1:6379",
+                "redis://h:6379?password=S3CR3T"}) {
+            var e = assertThrows(IllegalArgumentException.class, () -> new RedisMetastore(url));
+            assertFalse(e.getMessage().contains("S3"), e.getMessage());
+            assertTrue(e.getMessage().contains(PluginConfig.URL), e.getMessage());
+        }
     }
 
     @Test

@@ -37,6 +37,18 @@ public final class KeyLayout {
         }
     }
 
+    /** Equal when every key is: the tick compares the config it reads with the one in
+     *  use, and a difference drops every cached verdict. */
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof KeyLayout k && ns.equals(k.ns) && java.util.Arrays.equals(tags, k.tags);
+    }
+
+    @Override
+    public int hashCode() {
+        return 31 * ns.hashCode() + java.util.Arrays.hashCode(tags);
+    }
+
     /** Salts 0, 1, 2, ... each to the partition not yet given one whose middle slot lies
      *  within width/16 of the tag's slot (tried from slot+half down to slot-half). */
     static String[] spreadTags(String ns, int partitions) {

@@ -79,4 +79,14 @@ class PluginConfigTest {
         e = assertThrows(IllegalArgumentException.class, () -> PluginConfig.from(p));
         assertTrue(e.getMessage().contains(PluginConfig.GOVERNED), e.getMessage());
     }
+
+    @Test
+    void theSameConfigReadTwiceIsTheSameNamespace() {
+        // a difference drops every cached verdict: read every 500 ms, it must not differ
+        // from itself (it did, by identity, and each tick emptied the caches)
+        Namespace a = new Namespace("ns", 4, new KeyLayout("ns", 4, "spread1"), "d1");
+        assertEquals(a, new Namespace("ns", 4, new KeyLayout("ns", 4, "spread1"), "d1"));
+        assertFalse(a.equals(new Namespace("ns", 4, new KeyLayout("ns", 4, "plain"), "d1")));
+        assertFalse(a.equals(new Namespace("ns", 4, new KeyLayout("ns", 4, "spread1"), "d2")));
+    }
 }

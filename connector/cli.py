@@ -270,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "testcontainer; env PULSAR_TXN_BROKER, else lite")
     dv.add_argument("--namespace", default=argparse.SUPPRESS,
                     help="the namespace created for you (default ptxn)")
+    dv.add_argument("--broker-plugin", metavar="DIR", default=None,
+                    help="the reference broker with pulsar-txn's broker plugin built from "
+                    "DIR (the repository's broker-plugin/; needs Maven): plain consumers of "
+                    "public/default get READ_COMMITTED (docs/broker-plugin.md)")
     return ap
 
 
@@ -308,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.cmd == "dev":
-        return run_dev(args.broker, args.namespace)
+        return run_dev(args.broker, args.namespace, broker_plugin=args.broker_plugin)
     if not args.metastore:
         ap.error("--metastore (or PULSAR_TXN_METASTORE) is required")
     if args.cmd == "topic":

@@ -138,3 +138,17 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"  # a zombie has ended
     except OSError:
         return False
+
+
+def test_the_broker_plugin_is_refused_on_a_broker_that_cannot_host_it(capsys, tmp_path):
+    """The harness's plugin switch names what is wrong before anything starts: pulsar-lite
+    is not an Apache Pulsar broker and has no plugin points."""
+    from pulsar_txn.harness import broker_plugin
+    from pulsar_txn.harness.dev import run
+    from pulsar_txn.harness.services import start_broker
+
+    with pytest.raises(ValueError, match="standalone.*pulsar-lite cannot host it"):
+        start_broker("lite", tmp_path, plugin=broker_plugin.Governing(
+            "redis://127.0.0.1:1", "ptxn", tmp_path))
+    assert run(broker="lite", broker_plugin=str(tmp_path)) == 2
+    assert "--broker-plugin runs in the reference broker" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+from dataclasses import dataclass
 
 PROVIDER = "io.github.pulsartxn.broker.PtxnTransactionBufferProvider"
 VERSION = "0.1.0"
@@ -47,6 +48,40 @@ def build(plugin_dir: pathlib.Path, settings: pathlib.Path | None = None,
     shutil.copy(plugin_dir / "target" / jar.name, jar)
     shutil.copy(plugin_dir / "target" / nar.name, nar)
     return jar, nar
+
+
+@dataclass(frozen=True)
+class Governing:
+    """The harness's one switch for the plugin (``start_broker(..., plugin=...)``,
+    ``Services(broker_plugin=...)``): which pulsar-txn namespace of which metastore
+    governs which Pulsar namespaces, and where the plugin's sources are. ``delegate``:
+    the transaction-buffer provider of the topics it does not govern (empty: the
+    broker's disabled buffer; Pulsar's own, ``TOPIC_BUFFER``, lets Pulsar v4
+    transactions run beside it)."""
+
+    metastore_url: str
+    metastore_namespace: str
+    source: pathlib.Path
+    governed: str = "public/default"
+    delegate: str = ""
+    maven_settings: pathlib.Path | None = None
+
+    TOPIC_BUFFER = "org.apache.pulsar.broker.transaction.buffer.impl.TopicTransactionBufferProvider"
+
+    def install(self, workdir: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], str]:
+        """What the broker started in ``workdir`` needs: its extra classpath (the jar)
+        and its extra configuration (the NAR copied where the filter loader scans)."""
+        settings = self.maven_settings
+        if settings is None:
+            repo = pathlib.Path(self.source).resolve().parent
+            guess = repo / "benchmarks" / "peer" / "maven-settings.xml"
+            settings = guess if guess.exists() else None
+        jar, nar = build(self.source, settings=settings)
+        conf = broker_conf(workdir, nar, self.metastore_url, self.metastore_namespace,
+                           self.governed)
+        if self.delegate:
+            conf += f"ptxn.delegateProvider={self.delegate}\n"
+        return (jar,), conf
 
 
 def broker_conf(workdir: pathlib.Path, nar: pathlib.Path, metastore_url: str,

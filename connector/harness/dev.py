@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TextIO
 
 from pulsar_txn.metastore import open_store
@@ -46,10 +47,20 @@ def _dead(services: Services) -> str | None:
     return None
 
 
-def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.stdout) -> int:
+def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.stdout,
+        broker_plugin: str | None = None) -> int:
     """Start, print, wait for SIGINT/SIGTERM, stop. 0 once stopped on request; 1 when
-    a service died on its own; 2 when they could not start."""
-    services = Services(broker=broker)
+    a service died on its own; 2 when they could not start. ``broker_plugin``: the
+    plugin's source directory; the broker is then the reference one, governed by
+    ``namespace``."""
+    if broker_plugin is not None:
+        if broker not in (None, "standalone"):
+            print(f"pulsar-txn: dev: --broker-plugin runs in the reference broker "
+                  f"(standalone), not {broker}", file=sys.stderr)
+            return 2
+        broker = "standalone"
+    services = Services(broker=broker, namespace=namespace,
+                        broker_plugin=Path(broker_plugin) if broker_plugin else None)
     stop = threading.Event()
 
     # before the start, with SIGHUP (a closed terminal): no ending leaves the services up.
@@ -74,6 +85,9 @@ def run(broker: str | None = None, namespace: str = "ptxn", out: TextIO = sys.st
         _say(out, f"pulsar-txn dev: a Redis-compatible server at {services.metastore_url} and "
              f"a {services.kind} broker at {services.service_url} (namespace {namespace}; "
              f"data in {services.workdir}, removed when stopped)",
+             *([f"The broker runs pulsar-txn's broker plugin: plain consumers of "
+                f"public/default get namespace {namespace}'s committed data only"]
+               if broker_plugin else []),
              "Paste these into another shell, then run pulsar-txn there (pulsar-txn list):",
              *_environment(services, namespace),
              f'Client API: PulsarTxnClient("{services.service_url}", '

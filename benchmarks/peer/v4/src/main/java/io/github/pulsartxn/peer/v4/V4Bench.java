@@ -46,7 +46,9 @@ import org.apache.pulsar.client.api.transaction.Transaction;
  * topic the transaction wrote to was terminated; plain producer and reader msg/s.
  */
 public final class V4Bench {
-    private static final String NS = "persistent://public/default/";
+    /** Where its topics go ({@code --namespace}, default public/default: the broker
+     *  plugin's benchmark points it at a namespace the plugin does not govern). */
+    private final String ns;
 
     private final Args args;
     private final PulsarClient client;      // transactions enabled
@@ -56,6 +58,7 @@ public final class V4Bench {
 
     private V4Bench(Args args) throws Exception {
         this.args = args;
+        this.ns = "persistent://" + args.str("namespace", "public/default") + "/";
         String url = args.str("service-url");
         this.client = PulsarClient.builder().serviceUrl(url).enableTransaction(true)
                 .operationTimeout(30, TimeUnit.SECONDS).build();
@@ -126,8 +129,8 @@ public final class V4Bench {
         return f;
     }
 
-    private static String fresh(String base) {
-        return NS + base + "-" + UUID.randomUUID().toString().substring(0, 8);
+    private String fresh(String base) {
+        return ns + base + "-" + UUID.randomUUID().toString().substring(0, 8);
     }
 
     private Transaction newTxn() throws Exception {

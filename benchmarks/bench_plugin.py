@@ -134,7 +134,9 @@ def v4_latency(broker, namespace: str, warm: int, commits: int) -> dict:
     for line in done.stdout.splitlines():
         if line.startswith("PEER-RESULT "):
             res = json.loads(line[len("PEER-RESULT "):])
-            vis = res.get("measures", res).get("commit_to_visible", {})
+            vis = res.get("commit_to_visible") or {}
+            if not vis.get("p50_ms") or "error" in vis or vis.get("not_visible"):
+                raise RuntimeError(f"V4Bench's commit_to_visible failed: {res}")
             return {"from_commit_call_ms": vis}
     raise RuntimeError(f"V4Bench printed no result (exit {done.returncode}): "
                        f"{(done.stdout + done.stderr)[-2000:]}")

@@ -36,6 +36,7 @@ def main() -> int:
     env = {**os.environ, "PULSAR_TXN_BROKER": os.environ.get("PULSAR_TXN_BROKER", "lite")}
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     failed: list[str] = []
+    ran: list[str] = []
     lock = threading.Lock()
 
     def lane(names: list[str]) -> None:
@@ -43,15 +44,17 @@ def main() -> int:
             t0 = time.monotonic()
             try:
                 proc = subprocess.run([sys.executable, str(HERE / name), "--smoke"], env=env,
-                                      cwd=HERE, capture_output=True, text=True, timeout=900)
-            except subprocess.TimeoutExpired:
+                                      cwd=HERE, capture_output=True, text=True,
+                                      errors="replace", timeout=900)
+            except BaseException as e:  # noqa: BLE001 - a lane never ends silently
                 with lock:
                     failed.append(name)
-                    print(f"{name}: FAILED (no end within 900 s)", flush=True)
+                    print(f"{name}: FAILED ({e!r})", flush=True)
                 continue
             took = time.monotonic() - t0
             status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
             with lock:
+                ran.append(name)
                 print(f"{name}: {status} in {took:.0f} s", flush=True)
                 if proc.returncode != 0:
                     failed.append(name)
@@ -62,8 +65,8 @@ def main() -> int:
         t.start()
     for t in threads:
         t.join()
-    if failed:
-        print(f"benchmark smoke failed: {', '.join(failed)}")
+    if failed or len(ran) != len(BENCHMARKS):
+        print(f"benchmark smoke failed: {', '.join(failed)}; ran {len(ran)} of {len(BENCHMARKS)}")
         return 1
     print(f"benchmark smoke: all {len(BENCHMARKS)} ran")
     return 0

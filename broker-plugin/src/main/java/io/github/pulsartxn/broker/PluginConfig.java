@@ -101,6 +101,12 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         }
         try { // as the connection reads it: a query may hold '@' too (?password=a@b)
             URI u = new URI(url);
+            // an '@' the URI did not take for the userinfo's end (a password holding '/',
+            // '?' or '#': "redis://u:20/x@host" reads as host u, port 20): nothing of it is
+            // shown, not even a port that may be a password's first digits
+            if (url.indexOf('@') >= 0 && u.getRawUserInfo() == null) {
+                return url.substring(0, s + 3) + "<hidden>";
+            }
             if (u.getHost() != null) {
                 return u.getScheme() + "://" + (u.getRawUserInfo() != null ? "***@" : "") + u.getHost()
                         + (u.getPort() >= 0 ? ":" + u.getPort() : "")

@@ -134,7 +134,10 @@ public final class Verdicts implements AutoCloseable {
         }
         // the parsed transaction and writer, never the raw text: two texts that parse
         // differently must not share a verdict
-        String key = segment + '\u0000' + e.partition() + ':' + e.seq() + '\u0000' + e.writer();
+        // the deployment too: after a reset the ids start again, and a verdict put late by a
+        // classification that began before it must never answer for the new deployment
+        String key = ns.deployment() + '\u0000' + segment + '\u0000' + e.partition() + ':' + e.seq()
+                + '\u0000' + e.writer();
         Verdict v = cache.get(key);
         if (v == null) {
             Classifier.Result r = new Classifier(store, ns, config.waitaof()).classify(e, segment);
@@ -148,7 +151,7 @@ public final class Verdicts implements AutoCloseable {
 
     /** Whether transaction (p, seq) has ended for the gate. Ended is final and cached. */
     boolean ended(Namespace ns, int p, long seq) {
-        String key = p + ":" + seq;
+        String key = ns.deployment() + '\u0000' + p + ":" + seq; // see classify: a reset
         if (decided.containsKey(key)) {
             return true;
         }
@@ -197,25 +200,33 @@ public final class Verdicts implements AutoCloseable {
                 }
                 runId = run;
             }
+        } catch (RuntimeException e) {
+            warn("the metastore's run id could not be read (its ACL user needs +info to notice "
+                    + "a restore); gates hold while it is unreachable", e);
+        }
+        try {
             // a reset (the namespace wiped and made again, perhaps with another deployment
-            // id or partition count) without a restart: read its config every tick
+            // id or partition count) without a restart: read its config every tick; the
+            // object in use is replaced only when it differs (the watcher follows it)
             Namespace now = Namespace.readIfExists(store, config.metastoreNamespace());
             Namespace was = namespace;
-            if (was != null && !was.equals(now)) {
-                log.warn("pulsar-txn broker plugin: namespace '{}' changed in the metastore {} "
-                        + "(a reset); cached verdicts dropped", config.metastoreNamespace(), config.shownUrl());
+            if (was == null || !was.equals(now)) {
+                if (was != null) {
+                    log.warn("pulsar-txn broker plugin: namespace '{}' changed in the metastore {} "
+                            + "(a reset); cached verdicts dropped", config.metastoreNamespace(),
+                            config.shownUrl());
+                }
                 cache.clear();
                 decided.clear();
+                namespace = now;
             }
-            namespace = now;
             if (now == null) {
                 warn("the pulsar-txn namespace '" + config.metastoreNamespace()
                         + "' does not exist yet; its Pulsar topics are held", new IllegalStateException(
                         "no " + KeyLayout.config(config.metastoreNamespace())));
             }
         } catch (RuntimeException e) {
-            warn("the metastore could not be asked (its ACL user needs +info and +hgetall to "
-                    + "notice a restore or a reset); gates hold", e);
+            warn("the metastore could not be asked; gates hold", e);
         }
         for (PtxnTransactionBuffer g : gates) {
             if (g.behind()) {
@@ -234,7 +245,7 @@ public final class Verdicts implements AutoCloseable {
                     sleep(500); // nothing to watch until the library creates it
                     continue;
                 }
-                if (after == null || ns != watched) { // first, or after a reset
+                if (after == null || !ns.equals(watched)) { // first, or after a reset
                     watched = ns;
                     after = new LinkedHashMap<>();
                     for (int p = 0; p < ns.partitions(); p++) {

@@ -119,6 +119,17 @@ class RedisClusterHarness:
             c.close()
         return self
 
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Until every running node reports ``cluster_state:ok`` (after a node restart:
+        it has loaded its data and rejoined)."""
+        conns = [self._conn(s) for s in self.nodes if s.proc is not None]
+        try:
+            self._wait(lambda: all(self._ok(c) for c in conns), timeout,
+                       "cluster_state:ok on every node")
+        finally:
+            for c in conns:
+                c.close()
+
     @staticmethod
     def _known(c: redis.Redis) -> list[str]:
         raw = c.execute_command("CLUSTER", "NODES")

@@ -37,7 +37,7 @@ final class EntryProps {
             return read(entry, md);
         } catch (Unreadable e) {
             throw e;
-        } catch (VirtualMachineError e) {
+        } catch (OutOfMemoryError e) {
             throw e; // the broker's own memory, not the bytes: never a (permanent) REJECT
         } catch (Throwable e) { // corrupt or hostile bytes: they never become readable
             throw new Unreadable("the entry does not decode: " + e);

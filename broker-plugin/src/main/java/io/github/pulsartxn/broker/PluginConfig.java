@@ -29,7 +29,7 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         String url = p.getProperty(URL, "").strip();
         if (url.isEmpty()) {
             throw new IllegalArgumentException("pulsar-txn broker plugin: set " + URL
-                    + " (the metastore's redis:// or rediss:// URL, as the library's metastore.url)");
+                    + " (the metastore's redis://, rediss:// or redis+cluster:// URL, as the library's metastore.url)");
         }
         String governed = p.getProperty(GOVERNED, "").strip();
         if (governed.isEmpty()) {
@@ -99,6 +99,9 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         if (s < 0) {
             return "<not a URL>";
         }
+        if (url.substring(0, s).endsWith("+cluster")) {
+            return redactCluster(url, s + 3);
+        }
         try { // as the connection reads it: a query may hold '@' too (?password=a@b)
             URI u = new URI(url);
             // an '@' the URI did not take for the userinfo's end (a password holding '/',
@@ -121,6 +124,24 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         int q = host.indexOf('?');
         String hidden = (at >= 0 ? "***@" : "") + (q >= 0 ? host.substring(0, q) : host);
         return url.substring(0, s + 3) + hidden + (q >= 0 ? "?…" : "");
+    }
+
+    /** A seed list (h:p,h:p) is no URI authority: read as the connection reads it (the
+     *  authority ends at the first '/', '?' or '#'); an '@' past it hides everything. */
+    private static String redactCluster(String url, int start) {
+        int end = start;
+        while (end < url.length() && "/?#".indexOf(url.charAt(end)) < 0) {
+            end++;
+        }
+        String authority = url.substring(start, end);
+        String rest = url.substring(end);
+        if (rest.indexOf('@') >= 0) {
+            return url.substring(0, start) + "<hidden>";
+        }
+        int at = authority.lastIndexOf('@');
+        int q = rest.indexOf('?');
+        return url.substring(0, start) + (at >= 0 ? "***@" : "") + authority.substring(at + 1)
+                + (q >= 0 ? rest.substring(0, q) + "?…" : rest);
     }
 
     /** Whether a topic (persistent://tenant/ns/name) is one pulsar-txn's rule governs. */

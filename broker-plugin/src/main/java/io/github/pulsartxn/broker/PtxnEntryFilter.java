@@ -1,8 +1,7 @@
 package io.github.pulsartxn.broker;
 
-import java.util.Collections;
-import java.util.Map;
-import java.util.WeakHashMap;
+import com.google.common.collect.MapMaker;
+import java.util.concurrent.ConcurrentMap;
 import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.pulsar.broker.service.Subscription;
@@ -34,9 +33,9 @@ import org.apache.pulsar.common.api.proto.CommandSubscribe.SubType;
  * {@code ptxn.exemptSubscriptionPrefix}) see every entry: they classify themselves.
  */
 public class PtxnEntryFilter implements EntryFilter {
-    /** The lowest rescheduled position per subscription (weak: a closed one goes). */
-    private final Map<Subscription, Position> barriers =
-            Collections.synchronizedMap(new WeakHashMap<>());
+    /** The lowest rescheduled position per subscription (weak keys, by identity: a closed
+     *  one goes; concurrent: every dispatcher thread reads it for every entry). */
+    private final ConcurrentMap<Subscription, Position> barriers = new MapMaker().weakKeys().makeMap();
 
     @Override
     public FilterResult filterEntry(Entry entry, FilterContext context) {

@@ -1,17 +1,13 @@
 package io.github.pulsartxn.broker;
 
-import io.netty.buffer.ByteBuf;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.PositionFactory;
 import org.apache.pulsar.broker.service.persistent.PersistentTopic;
 import org.apache.pulsar.broker.transaction.buffer.impl.TransactionBufferDisable;
-import org.apache.pulsar.common.api.proto.MessageMetadata;
-import org.apache.pulsar.common.protocol.Commands;
 
 /**
  * The gate of one pulsar-txn segment on this broker: its max read position, which every
@@ -23,10 +19,6 @@ import org.apache.pulsar.common.protocol.Commands;
  * gate never moves back, and until the first computation succeeds it is EARLIEST:
  * a broker that cannot reach the metastore delivers nothing of the topic.
  *
- * <p>What {@code getLastMessageId} answers (a reader's {@code hasMessageAvailable}) is the
- * last entry at or below the gate a plain consumer will be given, found by reading back
- * from the gate: an aborted or losing tail would otherwise say "available" for good.
- *
  * <p>Pulsar's own (v4) transactions are refused on these topics, as the disabled buffer
  * refuses them: the class extends it and keeps those answers.
  */
@@ -35,7 +27,6 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
     private final Verdicts verdicts;
     private final String segment;
     private final AtomicBoolean scheduled = new AtomicBoolean();
-    private final AtomicBoolean walking = new AtomicBoolean();
     private final CompletableFuture<Void> recovered = new CompletableFuture<>();
     private volatile Position gate = PositionFactory.EARLIEST;
     private volatile boolean closed;
@@ -122,58 +113,16 @@ public final class PtxnTransactionBuffer extends TransactionBufferDisable {
         }
         if (!pending && g.compareTo(gate) > 0) {
             gate = g;
-            if (g.getEntryId() >= 0) {
-                walkBack();
+            // what getLastMessageId answers (hasMessageAvailable, the library's own
+            // last-entry probes): an entry at or below the gate, never above it. A gate
+            // just below a ledger's first entry (L, -1) passes every entry of the ledgers
+            // before: the last of those (not answering at all left an older entry, and
+            // a reader was told nothing was available while entries were)
+            Position answer = g.getEntryId() >= 0 ? g : topic.getManagedLedger().getPreviousPosition(g);
+            if (answer != null && answer.getEntryId() >= 0) {
+                topic.updateLastDispatchablePosition(answer);
             }
         }
         recovered.complete(null); // the index was read: what the gate is, is known
-    }
-
-    /** Entries read back from the gate before giving up and answering the gate itself. */
-    static final int WALK_LIMIT = 64;
-
-    /**
-     * Moves what getLastMessageId answers to the last entry at or below the gate that is
-     * shown (read back from the gate, at most {@link #WALK_LIMIT} entries; beyond that,
-     * or on a read error, the gate: "maybe available" is safe, "nothing" when there is
-     * something is not). One walk at a time per topic; a gate that moved meanwhile walks
-     * again. The answer only moves forward (the broker keeps the greater).
-     */
-    private void walkBack() {
-        if (closed || !walking.compareAndSet(false, true)) {
-            return;
-        }
-        Position from = gate;
-        int[] read = {0};
-        topic.getManagedLedger().getLastDispatchablePosition(e -> ++read[0] > WALK_LIMIT || shown(e), from)
-                .whenComplete((p, err) -> {
-                    try {
-                        if (err != null || p == null) {
-                            topic.updateLastDispatchablePosition(from);
-                        } else if (p.getEntryId() >= 0) {
-                            topic.updateLastDispatchablePosition(p);
-                        }
-                    } finally {
-                        walking.set(false);
-                    }
-                    if (gate.compareTo(from) > 0) {
-                        walkBack();
-                    }
-                });
-    }
-
-    /** Whether a plain consumer may be given the entry: the filter's rule; an entry
-     *  whose verdict cannot be read now counts as shown (it may be). */
-    private boolean shown(Entry entry) {
-        try {
-            ByteBuf buf = entry.getDataBuffer().duplicate();
-            Commands.skipBrokerEntryMetadataIfExist(buf);
-            MessageMetadata md = Commands.parseMessageMetadata(buf);
-            return verdicts.classify(EntryProps.protocolOf(entry, md), segment) != Verdict.SKIP;
-        } catch (EntryProps.Unreadable e) {
-            return false; // the filter rejects it
-        } catch (Throwable e) { // cannot tell now (Redis away, the broker's memory): maybe
-            return true;
-        }
     }
 }

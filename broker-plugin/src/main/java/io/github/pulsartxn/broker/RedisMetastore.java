@@ -2,24 +2,53 @@ package io.github.pulsartxn.broker;
 
 import java.net.URI;
 import java.net.URISyntaxException;
+import java.net.URLDecoder;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import org.apache.commons.pool2.impl.GenericObjectPoolConfig;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.ConnectionPool;
+import redis.clients.jedis.DefaultJedisClientConfig;
+import redis.clients.jedis.HostAndPort;
+import redis.clients.jedis.Jedis;
+import redis.clients.jedis.JedisCluster;
 import redis.clients.jedis.JedisPooled;
 import redis.clients.jedis.StreamEntryID;
+import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.params.XReadParams;
 import redis.clients.jedis.resps.StreamEntry;
+import redis.clients.jedis.util.JedisClusterCRC16;
 
 /**
  * The metastore as the plugin reads it: pulsar-txn's keys on one Redis server (a
- * {@code redis://} or {@code rediss://} URL with the library's query options, which
- * the plugin ignores). Read only: the plugin never writes a protocol key.
+ * {@code redis://} or {@code rediss://} URL) or on a Redis Cluster
+ * ({@code redis+cluster://} or {@code rediss+cluster://}, seeds {@code host:port,...}),
+ * with the library's query options, which the plugin ignores. Read only: the plugin
+ * never writes a protocol key. On a cluster every command names keys of one hash slot
+ * (the library's layout makes each command's keys share one), and the decision streams
+ * are read a slot at a time ({@link #slotGroups}).
  */
 public final class RedisMetastore implements MetastoreView, AutoCloseable {
-    private final JedisPooled redis;
+    /** Connections per node: a blocking read of each slot's streams, and the gates'. */
+    private static final int CLUSTER_POOL = 64;
+
+    private final UnifiedJedis redis;
+    private final boolean cluster;
 
     public RedisMetastore(String url) {
+        if (url.startsWith("redis+cluster://") || url.startsWith("rediss+cluster://")) {
+            this.redis = cluster(url);
+            this.cluster = true;
+            return;
+        }
+        this.cluster = false;
         URI u;
         String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
         try {
@@ -50,6 +79,75 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
             throw new IllegalArgumentException(shown + " is not a URL");
         }
         this.redis = new JedisPooled(bare);
+    }
+
+    /** A cluster client from {@code redis+cluster://[user:password@]h:p[,h:p...][/0][?...]}:
+     *  any node is a seed; the client learns the slot owners and follows MOVED replies. */
+    private static JedisCluster cluster(String url) {
+        String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
+        int s = url.indexOf("://") + 3;
+        int end = s;
+        while (end < url.length() && "/?#".indexOf(url.charAt(end)) < 0) {
+            end++;
+        }
+        String authority = url.substring(s, end);
+        String rest = url.substring(end);
+        if (rest.indexOf('@') >= 0) {
+            throw new IllegalArgumentException(shown + ": a password holding '/', '?' or '#' must be"
+                    + " percent-encoded");
+        }
+        String query = rest.indexOf('?') >= 0 ? "&" + rest.substring(rest.indexOf('?') + 1) : "";
+        if (query.contains("&password=")) {
+            throw new IllegalArgumentException(shown + ": the password goes in the userinfo"
+                    + " (redis+cluster://user:password@host:port,...), not in ?password=");
+        }
+        String path = rest.indexOf('?') >= 0 ? rest.substring(0, rest.indexOf('?')) : rest;
+        if (!List.of("", "/", "/0").contains(path)) {
+            throw new IllegalArgumentException(shown + ": a Redis Cluster has database 0 only");
+        }
+        int at = authority.lastIndexOf('@');
+        String user = null;
+        String password = null;
+        if (at >= 0) {
+            String info = authority.substring(0, at);
+            int colon = info.indexOf(':');
+            user = decode(colon >= 0 ? info.substring(0, colon) : info);
+            password = colon >= 0 ? decode(info.substring(colon + 1)) : null;
+            user = user.isEmpty() ? null : user;
+        }
+        Set<HostAndPort> seeds = new LinkedHashSet<>();
+        for (String hp : authority.substring(at + 1).split(",")) {
+            int colon = hp.strip().lastIndexOf(':');
+            String host = colon > 0 ? hp.strip().substring(0, colon).replaceAll("^\\[|\\]$", "") : "";
+            String port = colon > 0 ? hp.strip().substring(colon + 1) : "";
+            if (host.isEmpty() || !port.matches("[0-9]{1,5}")) {
+                throw new IllegalArgumentException(shown + ": cluster seeds must be host:port,"
+                        + " comma-separated");
+            }
+            seeds.add(new HostAndPort(host, Integer.parseInt(port)));
+        }
+        GenericObjectPoolConfig<Connection> pool = new GenericObjectPoolConfig<>();
+        pool.setMaxTotal(CLUSTER_POOL);
+        pool.setMaxIdle(CLUSTER_POOL);
+        return new JedisCluster(seeds, DefaultJedisClientConfig.builder().user(user).password(password)
+                .ssl(url.startsWith("rediss")).build(), pool);
+    }
+
+    private static String decode(String s) {
+        return URLDecoder.decode(s.replace("+", "%2B"), StandardCharsets.UTF_8);
+    }
+
+    /** The keys in groups a single command may name: all of them on one server, one
+     *  hash slot each on a cluster (which refuses a command across slots). */
+    public List<List<String>> slotGroups(Collection<String> keys) {
+        if (!cluster) {
+            return List.of(new ArrayList<>(keys));
+        }
+        Map<Integer, List<String>> bySlot = new TreeMap<>();
+        for (String k : keys) {
+            bySlot.computeIfAbsent(JedisClusterCRC16.getSlot(k), x -> new ArrayList<>()).add(k);
+        }
+        return new ArrayList<>(bySlot.values());
     }
 
     @Override
@@ -106,7 +204,27 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     /** The server process's run id (INFO server): a change means a restart, perhaps
      *  from an older copy of its data, so nothing cached from before holds. */
     public String runId() {
-        for (String line : redis.info("server").split("\r?\n")) {
+        if (!cluster) {
+            return runIdOf(redis.info("server"));
+        }
+        // every node's: a restart of any of them may have lost what it held ("?": a node
+        // that does not answer now, so its coming back is a change too)
+        Map<String, String> ids = new TreeMap<>();
+        for (Map.Entry<String, ConnectionPool> node : ((JedisCluster) redis).getClusterNodes().entrySet()) {
+            try (Connection c = node.getValue().getResource()) {
+                ids.put(node.getKey(), runIdOf(new Jedis(c).info("server")));
+            } catch (RuntimeException e) {
+                ids.put(node.getKey(), "?");
+            }
+        }
+        if (!ids.isEmpty() && ids.values().stream().allMatch("?"::equals)) {
+            throw new IllegalStateException("no node of the Redis Cluster answers");
+        }
+        return ids.toString();
+    }
+
+    private static String runIdOf(String info) {
+        for (String line : info.split("\r?\n")) {
             if (line.startsWith("run_id:")) {
                 return line.substring(7).strip();
             }

@@ -1,7 +1,9 @@
 package io.github.pulsartxn.broker;
 
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
@@ -235,34 +237,57 @@ public final class Verdicts implements AutoCloseable {
         }
     }
 
+    /** Starts a follower of the decision events per group of streams one command may
+     *  read (all of them on one server, a hash slot's on a cluster), again for a reset
+     *  namespace; a follower of an earlier namespace ends by itself. */
     private void watch() {
-        Map<String, StreamEntryID> after = null;
         Namespace watched = null;
         while (!closed) {
             try {
                 Namespace ns = namespace();
-                if (ns == null) {
-                    sleep(500); // nothing to watch until the library creates it
-                    continue;
-                }
-                if (after == null || !ns.equals(watched)) { // first, or after a reset
+                if (ns != null && !ns.equals(watched)) { // first, or after a reset
                     watched = ns;
-                    after = new LinkedHashMap<>();
+                    List<String> keys = new ArrayList<>();
                     for (int p = 0; p < ns.partitions(); p++) {
-                        String k = ns.keys().events(p);
+                        keys.add(ns.keys().events(p));
+                    }
+                    for (List<String> group : store.slotGroups(keys)) {
+                        Namespace mine = ns;
+                        daemon(() -> follow(mine, group), "ptxn-events").start();
+                    }
+                }
+            } catch (RuntimeException e) {
+                warn("the namespace could not be read to watch its decision events; gates hold", e);
+            }
+            sleep(500);
+        }
+    }
+
+    /** Wakes every gate when a decision event arrives on one of {@code keys}. */
+    private void follow(Namespace ns, List<String> keys) {
+        Map<String, StreamEntryID> after = null;
+        while (!closed) {
+            Namespace now = namespace;
+            if (now != null && !now.equals(ns)) {
+                return; // a reset: the watcher follows the new namespace's streams
+            }
+            try {
+                if (after == null) {
+                    after = new LinkedHashMap<>();
+                    for (String k : keys) {
                         after.put(k, store.lastId(k));
                     }
                 }
-                Map<String, StreamEntryID> now = store.waitForEvents(after, 1000);
-                if (!now.equals(after)) {
-                    after = now;
+                Map<String, StreamEntryID> got = store.waitForEvents(after, 1000);
+                if (!got.equals(after)) {
+                    after = got;
                     for (PtxnTransactionBuffer g : gates) {
                         g.schedule(exec);
                     }
                 }
             } catch (RuntimeException e) {
                 warn("watching the decision events failed; gates hold and retry", e);
-                after = null;
+                after = null; // the tick catches up what is missed meanwhile
                 sleep(1000);
             }
         }

@@ -58,6 +58,29 @@ class PluginConfigTest {
     }
 
     @Test
+    void aClusterUrlShowsItsSeedsAndNeverItsPassword() {
+        assertEquals("redis+cluster://***@h1:7000,h2:7001/0?…",
+                PluginConfig.redact("redis+cluster://u:S3CR3T@h1:7000,h2:7001/0?namespace=n"));
+        assertEquals("rediss+cluster://h1:7000,h2:7001", PluginConfig.redact("rediss+cluster://h1:7000,h2:7001"));
+        for (String url : new String[] {"redis+cluster://u:S3/CR3T@h1:7000", "redis+cluster://u:S3?x@h1:7000",
+                "redis+cluster://h1:7000/0?password=S3CR3T@x"}) {
+            String shown = PluginConfig.redact(url);
+            assertFalse(shown.contains("S3"), shown);
+        }
+    }
+
+    @Test
+    void aClusterUrlTheLibraryWouldRefuseIsRefusedNamedAndWithoutItsPassword() {
+        for (String url : new String[] {"redis+cluster://u:S3CR3T@h1:7000/1", "redis+cluster://u:S3CR3T@h1",
+                "redis+cluster://u:S3CR3T@h1:7000,h2", "redis+cluster://h1:7000?password=S3CR3T",
+                "redis+cluster://u:S3/CR3T@h1:7000"}) {
+            var e = assertThrows(IllegalArgumentException.class, () -> new RedisMetastore(url));
+            assertFalse(e.getMessage().contains("S3"), e.getMessage());
+            assertTrue(e.getMessage().contains(PluginConfig.URL), e.getMessage());
+        }
+    }
+
+    @Test
     void theLibrarysUrlOptionsAreHonoured() {
         PluginConfig c = PluginConfig.from(props("redis://h:6379?namespace=orders&durability=waitaof"));
         assertEquals("orders", c.metastoreNamespace());

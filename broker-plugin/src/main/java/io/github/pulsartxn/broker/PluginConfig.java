@@ -129,10 +129,7 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
     /** A seed list (h:p,h:p) is no URI authority: read as the connection reads it (the
      *  authority ends at the first '/', '?' or '#'); an '@' past it hides everything. */
     private static String redactCluster(String url, int start) {
-        int end = start;
-        while (end < url.length() && "/?#".indexOf(url.charAt(end)) < 0) {
-            end++;
-        }
+        int end = authorityEnd(url, start);
         String authority = url.substring(start, end);
         String rest = url.substring(end);
         if (rest.indexOf('@') >= 0) {
@@ -142,6 +139,16 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         int q = rest.indexOf('?');
         return url.substring(0, start) + (at >= 0 ? "***@" : "") + authority.substring(at + 1)
                 + (q >= 0 ? rest.substring(0, q) + "?…" : rest);
+    }
+
+    /** Where the authority that begins at {@code start} ends: the first '/', '?' or '#'
+     *  (as the library's URL parser reads a seed list). */
+    static int authorityEnd(String url, int start) {
+        int end = start;
+        while (end < url.length() && "/?#".indexOf(url.charAt(end)) < 0) {
+            end++;
+        }
+        return end;
     }
 
     /** Whether a topic (persistent://tenant/ns/name) is one pulsar-txn's rule governs. */

@@ -86,10 +86,7 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     private static JedisCluster cluster(String url) {
         String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
         int s = url.indexOf("://") + 3;
-        int end = s;
-        while (end < url.length() && "/?#".indexOf(url.charAt(end)) < 0) {
-            end++;
-        }
+        int end = PluginConfig.authorityEnd(url, s);
         String authority = url.substring(s, end);
         String rest = url.substring(end);
         if (rest.indexOf('@') >= 0) {

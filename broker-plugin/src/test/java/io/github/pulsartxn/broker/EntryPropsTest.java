@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import io.netty.buffer.ByteBuf;
 import io.netty.buffer.Unpooled;
+import java.util.function.Supplier;
 import org.apache.bookkeeper.mledger.Entry;
 import org.apache.bookkeeper.mledger.Position;
 import org.apache.bookkeeper.mledger.PositionFactory;
@@ -13,15 +14,15 @@ import org.junit.jupiter.api.Test;
 /** What an entry that cannot be decoded means: REJECT only when the bytes are at fault. */
 class EntryPropsTest {
 
-    /** An entry whose buffer fails as the broker's own memory can. */
-    private static Entry failing(Error error) {
+    /** An entry at 1:1 whose data buffer is what {@code data} gives (or throws). */
+    private static Entry entryOf(Supplier<ByteBuf> data) {
         return new Entry() {
             public byte[] getData() {
-                throw error;
+                return new byte[0];
             }
 
             public byte[] getDataAndRelease() {
-                throw error;
+                return new byte[0];
             }
 
             public int getLength() {
@@ -29,7 +30,7 @@ class EntryPropsTest {
             }
 
             public ByteBuf getDataBuffer() {
-                throw error;
+                return data.get();
             }
 
             public Position getPosition() {
@@ -60,47 +61,15 @@ class EntryPropsTest {
     void theBrokersOwnOutOfMemoryIsNotTakenForAnUndecodableEntry() {
         // REJECT is permanent: an entry rejected for the broker's own memory would be lost
         // to the subscription; the error goes up (the filter reschedules, holding what follows)
-        assertThrows(OutOfMemoryError.class, () -> EntryProps.protocolOf(
-                failing(new OutOfMemoryError("Direct buffer memory")), batchOf(2)));
+        assertThrows(OutOfMemoryError.class, () -> EntryProps.protocolOf(entryOf(() -> {
+            throw new OutOfMemoryError("Direct buffer memory");
+        }), batchOf(2)));
     }
 
     @Test
     void bytesThatDoNotDecodeAreUnreadable() {
-        Entry garbage = new Entry() {
-            private final ByteBuf buf = Unpooled.wrappedBuffer(new byte[] {0, 0, 0, 9, 1, 2});
-
-            public byte[] getData() {
-                return new byte[0];
-            }
-
-            public byte[] getDataAndRelease() {
-                return new byte[0];
-            }
-
-            public int getLength() {
-                return buf.readableBytes();
-            }
-
-            public ByteBuf getDataBuffer() {
-                return buf;
-            }
-
-            public Position getPosition() {
-                return PositionFactory.create(1, 2);
-            }
-
-            public long getLedgerId() {
-                return 1;
-            }
-
-            public long getEntryId() {
-                return 2;
-            }
-
-            public boolean release() {
-                return true;
-            }
-        };
+        ByteBuf bytes = Unpooled.wrappedBuffer(new byte[] {0, 0, 0, 9, 1, 2});
+        Entry garbage = entryOf(() -> bytes);
         assertThrows(EntryProps.Unreadable.class, () -> EntryProps.protocolOf(garbage, batchOf(2)));
     }
 }

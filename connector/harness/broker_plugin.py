@@ -65,6 +65,7 @@ class Governing:
     governed: str = "public/default"
     delegate: str = ""
     maven_settings: pathlib.Path | None = None
+    password_file: pathlib.Path | None = None  # ptxn.metastorePasswordFile: kept out of the URL
 
     TOPIC_BUFFER = "org.apache.pulsar.broker.transaction.buffer.impl.TopicTransactionBufferProvider"
 
@@ -81,6 +82,8 @@ class Governing:
                            self.governed)
         if self.delegate:
             conf += f"ptxn.delegateProvider={self.delegate}\n"
+        if self.password_file:
+            conf += f"ptxn.metastorePasswordFile={self.password_file}\n"
         return (jar,), conf
 
 

@@ -4,6 +4,7 @@ import java.net.URI;
 import java.net.URISyntaxException;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
@@ -17,13 +18,14 @@ import java.util.Properties;
  * ever reaches a log or an error.
  */
 public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<String> pulsarNamespaces,
-                           String exemptPrefix, int cacheSize, boolean waitaof) {
+                           String exemptPrefix, int cacheSize, boolean waitaof, Path passwordFile) {
 
     public static final String URL = "ptxn.metastoreUrl";
     public static final String NAMESPACE = "ptxn.metastoreNamespace";
     public static final String GOVERNED = "ptxn.pulsarNamespaces";
     public static final String EXEMPT = "ptxn.exemptSubscriptionPrefix";
     public static final String CACHE = "ptxn.verdictCacheSize";
+    public static final String PASSWORD_FILE = "ptxn.metastorePasswordFile";
 
     public static PluginConfig from(Properties p) {
         String url = p.getProperty(URL, "").strip();
@@ -67,11 +69,12 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
             throw new IllegalArgumentException("pulsar-txn broker plugin: durability '" + durability
                     + "' in " + URL + " is not strict, waitaof or relaxed");
         }
+        String passwordFile = p.getProperty(PASSWORD_FILE, "").strip();
         return new PluginConfig(url, ns, namespaces, p.getProperty(EXEMPT, "__ptxn").strip(), cache,
-                durability.equals("waitaof"));
+                durability.equals("waitaof"), passwordFile.isEmpty() ? null : Path.of(passwordFile));
     }
 
-    private static Map<String, String> query(String url) {
+    static Map<String, String> query(String url) {
         Map<String, String> out = new HashMap<>();
         int q = url.indexOf('?');
         if (q < 0) {
@@ -85,6 +88,13 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
             }
         }
         return out;
+    }
+
+    /** Never the URL itself: a record's own toString would show its password. */
+    @Override
+    public String toString() {
+        return "PluginConfig[" + shownUrl() + ", namespace " + metastoreNamespace + ", governing "
+                + pulsarNamespaces + "]";
     }
 
     /** The URL without its credentials. */

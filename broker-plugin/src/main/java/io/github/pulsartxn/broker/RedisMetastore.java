@@ -1,9 +1,12 @@
 package io.github.pulsartxn.broker;
 
+import java.io.IOException;
 import java.net.URI;
 import java.net.URISyntaxException;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -43,8 +46,14 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     private final boolean cluster;
 
     public RedisMetastore(String url) {
+        this(url, null);
+    }
+
+    /** {@code passwordFile}: the password, kept out of the URL (a standalone's embedded
+     *  bookie logs every setting of its configuration file, the URL included). */
+    public RedisMetastore(String url, Path passwordFile) {
         if (url.startsWith("redis+cluster://") || url.startsWith("rediss+cluster://")) {
-            this.redis = cluster(url);
+            this.redis = cluster(url, passwordFile);
             this.cluster = true;
             return;
         }
@@ -71,19 +80,49 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
         if (!path.matches("(/[0-9]*)?")) {
             throw new IllegalArgumentException(shown + ": the path must be a database number (/0)");
         }
-        URI bare;
-        try {
-            bare = new URI(u.getScheme() + "://" + (u.getRawUserInfo() == null ? "" : u.getRawUserInfo() + "@")
-                    + u.getHost() + ":" + (u.getPort() < 0 ? 6379 : u.getPort()) + path);
-        } catch (URISyntaxException e) {
-            throw new IllegalArgumentException(shown + " is not a URL");
+        if (!u.getScheme().equals("redis") && !u.getScheme().equals("rediss")) {
+            throw new IllegalArgumentException(shown + ": the scheme must be redis, rediss, redis+cluster"
+                    + " or rediss+cluster");
         }
-        this.redis = new JedisPooled(bare);
+        int db = path.length() > 1 ? Integer.parseInt(path.substring(1)) : 0;
+        DefaultJedisClientConfig.Builder cfg = credentials(u.getRawUserInfo(), passwordFile, shown).database(db);
+        if (u.getScheme().equals("rediss")) {
+            cfg.ssl(true).sslSocketFactory(MetastoreTls.factory(url, shown))
+                    .sslParameters(MetastoreTls.checkingHostName());
+        }
+        this.redis = new JedisPooled(new HostAndPort(u.getHost(), u.getPort() < 0 ? 6379 : u.getPort()),
+                cfg.build());
+    }
+
+    /** The ACL user and password from the raw userinfo ({@code user:password},
+     *  percent-encoded), or the password from its file. */
+    private static DefaultJedisClientConfig.Builder credentials(String userInfo, Path passwordFile, String shown) {
+        String user = null;
+        String password = null;
+        if (userInfo != null) {
+            int colon = userInfo.indexOf(':');
+            user = decode(colon >= 0 ? userInfo.substring(0, colon) : userInfo);
+            password = colon >= 0 ? decode(userInfo.substring(colon + 1)) : null;
+        }
+        if (passwordFile != null) {
+            if (password != null) {
+                throw new IllegalArgumentException(shown + ": a password in the URL and in "
+                        + PluginConfig.PASSWORD_FILE + "; give one");
+            }
+            try {
+                password = Files.readString(passwordFile, StandardCharsets.UTF_8).strip();
+            } catch (IOException e) {
+                throw new IllegalArgumentException(PluginConfig.PASSWORD_FILE + " " + passwordFile
+                        + " cannot be read: " + e.getClass().getSimpleName());
+            }
+        }
+        return DefaultJedisClientConfig.builder().user(user == null || user.isEmpty() ? null : user)
+                .password(password);
     }
 
     /** A cluster client from {@code redis+cluster://[user:password@]h:p[,h:p...][/0][?...]}:
      *  any node is a seed; the client learns the slot owners and follows MOVED replies. */
-    private static JedisCluster cluster(String url) {
+    private static JedisCluster cluster(String url, Path passwordFile) {
         String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
         int s = url.indexOf("://") + 3;
         int end = PluginConfig.authorityEnd(url, s);
@@ -103,15 +142,8 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
             throw new IllegalArgumentException(shown + ": a Redis Cluster has database 0 only");
         }
         int at = authority.lastIndexOf('@');
-        String user = null;
-        String password = null;
-        if (at >= 0) {
-            String info = authority.substring(0, at);
-            int colon = info.indexOf(':');
-            user = decode(colon >= 0 ? info.substring(0, colon) : info);
-            password = colon >= 0 ? decode(info.substring(colon + 1)) : null;
-            user = user.isEmpty() ? null : user;
-        }
+        DefaultJedisClientConfig.Builder cfg = credentials(at >= 0 ? authority.substring(0, at) : null,
+                passwordFile, shown);
         Set<HostAndPort> seeds = new LinkedHashSet<>();
         for (String hp : authority.substring(at + 1).split(",")) {
             int colon = hp.strip().lastIndexOf(':');
@@ -126,8 +158,11 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
         GenericObjectPoolConfig<Connection> pool = new GenericObjectPoolConfig<>();
         pool.setMaxTotal(CLUSTER_POOL);
         pool.setMaxIdle(CLUSTER_POOL);
-        return new JedisCluster(seeds, DefaultJedisClientConfig.builder().user(user).password(password)
-                .ssl(url.startsWith("rediss")).build(), pool);
+        if (url.startsWith("rediss")) {
+            cfg.ssl(true).sslSocketFactory(MetastoreTls.factory(url, shown))
+                    .sslParameters(MetastoreTls.checkingHostName());
+        }
+        return new JedisCluster(seeds, cfg.build(), pool);
     }
 
     private static String decode(String s) {

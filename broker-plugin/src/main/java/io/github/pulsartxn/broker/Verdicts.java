@@ -44,7 +44,7 @@ public final class Verdicts implements AutoCloseable {
 
     private Verdicts(PluginConfig config) {
         this.config = config;
-        this.store = new RedisMetastore(config.metastoreUrl());
+        this.store = new RedisMetastore(config.metastoreUrl(), config.passwordFile());
         this.cache = lru(config.cacheSize());
         this.decided = lru(config.cacheSize());
         this.exec = Executors.newSingleThreadScheduledExecutor(r -> daemon(r, "ptxn-gates"));

@@ -81,6 +81,34 @@ class PluginConfigTest {
     }
 
     @Test
+    void aPasswordFileAndAPasswordInTheUrlAreRefusedTogetherWithoutEither() throws Exception {
+        java.nio.file.Path f = java.nio.file.Files.createTempFile("ptxn", "pw");
+        java.nio.file.Files.writeString(f, "FILE-S3CR3T\n");
+        var e = assertThrows(IllegalArgumentException.class,
+                () -> new RedisMetastore("redis://u:S3CR3T@h:6379/0", f));
+        assertFalse(e.getMessage().contains("S3"), e.getMessage());
+        assertTrue(e.getMessage().contains(PluginConfig.PASSWORD_FILE), e.getMessage());
+        var missing = assertThrows(IllegalArgumentException.class,
+                () -> new RedisMetastore("redis://u@h:6379/0", f.resolveSibling("no-such-ptxn-file")));
+        assertTrue(missing.getMessage().contains(PluginConfig.PASSWORD_FILE), missing.getMessage());
+        Properties p = props("redis://u@h:6379/0");
+        p.setProperty(PluginConfig.PASSWORD_FILE, f.toString());
+        assertEquals(f, PluginConfig.from(p).passwordFile());
+        assertFalse(PluginConfig.from(props("redis://u:S3CR3T@h:6379/0")).toString().contains("S3"));
+    }
+
+    @Test
+    void tlsOptionsThePluginCannotHonourAreRefusedByName() {
+        for (String opt : new String[] {"ssl_certfile=/c.pem", "ssl_keyfile=/k.pem", "ssl_cert_reqs=none",
+                "ssl_ca_certs=/no/such/ca.pem"}) {
+            String url = "rediss://u:S3CR3T@h:6380/0?" + opt;
+            var e = assertThrows(IllegalArgumentException.class, () -> new RedisMetastore(url));
+            assertTrue(e.getMessage().contains(opt.substring(0, opt.indexOf('='))), e.getMessage());
+            assertFalse(e.getMessage().contains("S3"), e.getMessage());
+        }
+    }
+
+    @Test
     void theLibrarysUrlOptionsAreHonoured() {
         PluginConfig c = PluginConfig.from(props("redis://h:6379?namespace=orders&durability=waitaof"));
         assertEquals("orders", c.metastoreNamespace());

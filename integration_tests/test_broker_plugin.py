@@ -369,6 +369,40 @@ def _held_then_commit(writer, plain, topic, disturb) -> list[bytes]:
     return got
 
 
+def test_a_metastore_that_stops_fsyncing_every_write_holds_the_governed_topics(
+        writer, plain, plugin_redis, plugin_broker, topic):
+    """The plugin checks the server's persistence as the library does when it opens the
+    store (strict: AOF with appendfsync always), and keeps checking: a server switched
+    to everysec can lose a decision the plugin would have acted on, so a commit made
+    meanwhile is not delivered until the setting is put back (the plugin trusted the URL
+    and delivered it at once)."""
+    import redis
+
+    r = redis.Redis.from_url(plugin_redis.url)
+    log = Path(plugin_broker.log_path)
+    seen = log.read_text(errors="replace").count("appendfsync is 'everysec'")
+    p = writer.create_producer(topic)
+    consumer, receive = _open(plain, topic, "exclusive")
+    try:
+        r.config_set("appendfsync", "everysec")
+        try:
+            deadline = time.monotonic() + 10  # the plugin's warning: it has noticed
+            while log.read_text(errors="replace").count("appendfsync is 'everysec'") == seen:
+                assert time.monotonic() < deadline, "the plugin never noticed everysec"
+                time.sleep(0.1)
+            with writer.transaction() as t:
+                p.send(b"committed-meanwhile", txn=t)
+            held = [m.data() for m in _drain(receive, quiet_s=2.0)]
+        finally:
+            r.config_set("appendfsync", "always")
+        got = [m.data() for m in _drain(receive, want=1, limit_s=20)]
+    finally:
+        consumer.close()
+        r.close()
+    assert held == [], "delivered while the metastore could lose the decision"
+    assert got == [b"committed-meanwhile"], got
+
+
 def test_a_topic_unload_with_an_open_txn_keeps_it_held_and_releases_it_on_commit(
         writer, plain, plugin_broker, topic):
     def unload():

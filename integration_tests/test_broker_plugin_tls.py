@@ -30,7 +30,7 @@ NS = f"plugint{uuid.uuid4().hex[:8]}"
 SECRET = f"plugin-S3CR3T-{uuid.uuid4().hex[:6]}"
 # what docs/broker-plugin.md tells an operator to grant the plugin's user
 DOCUMENTED = ["+info", "+hgetall", "+zrange", "+zscore", "+zrevrangebyscore", "+sismember",
-              "+xread", "+xrevrange"]
+              "+xread", "+xrevrange", "+config|get"]
 
 
 @pytest.fixture(scope="module")

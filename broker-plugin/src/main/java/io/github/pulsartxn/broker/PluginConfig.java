@@ -18,7 +18,7 @@ import java.util.Properties;
  * ever reaches a log or an error.
  */
 public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<String> pulsarNamespaces,
-                           String exemptPrefix, int cacheSize, boolean waitaof, Path passwordFile) {
+                           String exemptPrefix, int cacheSize, String durability, Path passwordFile) {
 
     public static final String URL = "ptxn.metastoreUrl";
     public static final String NAMESPACE = "ptxn.metastoreNamespace";
@@ -71,7 +71,7 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         }
         String passwordFile = p.getProperty(PASSWORD_FILE, "").strip();
         return new PluginConfig(url, ns, namespaces, p.getProperty(EXEMPT, "__ptxn").strip(), cache,
-                durability.equals("waitaof"), passwordFile.isEmpty() ? null : Path.of(passwordFile));
+                durability, passwordFile.isEmpty() ? null : Path.of(passwordFile));
     }
 
     static Map<String, String> query(String url) {
@@ -88,6 +88,11 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
             }
         }
         return out;
+    }
+
+    /** ?durability=waitaof: a decision counts only once its committer marked it fsynced. */
+    public boolean waitaof() {
+        return durability.equals("waitaof");
     }
 
     /** Never the URL itself: a record's own toString would show its password. */

@@ -233,6 +233,24 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
         return info.isEmpty() ? new StreamEntryID(0, 0) : info.get(0).getID();
     }
 
+    /** {@code CONFIG GET append*} of the server, or of every node of a cluster (keyed
+     *  by node; "" for a single server): what {@link Persistence} checks. */
+    public Map<String, Map<String, String>> persistence() {
+        Map<String, Map<String, String>> out = new TreeMap<>();
+        if (!cluster) {
+            try (Connection c = ((JedisPooled) redis).getPool().getResource()) {
+                out.put("", new Jedis(c).configGet("append*"));
+            }
+            return out;
+        }
+        for (Map.Entry<String, ConnectionPool> node : ((JedisCluster) redis).getClusterNodes().entrySet()) {
+            try (Connection c = node.getValue().getResource()) {
+                out.put(node.getKey(), new Jedis(c).configGet("append*"));
+            }
+        }
+        return out;
+    }
+
     /** The server process's run id (INFO server): a change means a restart, perhaps
      *  from an older copy of its data, so nothing cached from before holds. */
     public String runId() {

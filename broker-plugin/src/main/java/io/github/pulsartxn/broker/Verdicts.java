@@ -41,6 +41,11 @@ public final class Verdicts implements AutoCloseable {
     private volatile boolean closed;
     private volatile long lastWarnMs;
     private volatile String runId;
+    /** Why the server's persistence does not match ?durability= (null: it does); until
+     *  the first check, unchecked: governed topics hold. */
+    private volatile String persistenceProblem = "its persistence settings are not checked yet";
+    private volatile String lastPersistenceLog;
+    private volatile long lastPersistenceLogMs;
 
     private Verdicts(PluginConfig config) {
         this.config = config;
@@ -98,6 +103,9 @@ public final class Verdicts implements AutoCloseable {
     /** The namespace's config, read once it exists; null until then (read again each
      *  time: the library creates it at its first write). */
     public Namespace namespace() {
+        if (persistenceProblem != null) {
+            return null; // a decision read now could still be lost: nothing new passes
+        }
         Namespace ns = namespace;
         if (ns == null) {
             ns = namespace = Namespace.readIfExists(store, config.metastoreNamespace());
@@ -109,6 +117,10 @@ public final class Verdicts implements AutoCloseable {
     public Verdict classify(Map<String, String> props, String segment) {
         if (!props.containsKey(EntryTxn.PROP_TXN)) {
             return Verdict.DELIVER; // plain: no round trip, no cache entry
+        }
+        String problem = persistenceProblem;
+        if (problem != null) {
+            throw new IllegalStateException("the metastore " + config.shownUrl() + ": " + problem);
         }
         Namespace ns = namespace();
         if (ns == null) {
@@ -206,6 +218,7 @@ public final class Verdicts implements AutoCloseable {
             warn("the metastore's run id could not be read (its ACL user needs +info to notice "
                     + "a restore); gates hold while it is unreachable", e);
         }
+        checkPersistence();
         try {
             // a reset (the namespace wiped and made again, perhaps with another deployment
             // id or partition count) without a restart: read its config every tick; the
@@ -240,6 +253,30 @@ public final class Verdicts implements AutoCloseable {
     /** Starts a follower of the decision events per group of streams one command may
      *  read (all of them on one server, a hash slot's on a cluster), again for a reset
      *  namespace; a follower of an earlier namespace ends by itself. */
+    /** The library's persistence check, every tick; a problem is logged when it changes
+     *  and every minute while it lasts (not behind the other warnings' rate limit). */
+    private void checkPersistence() {
+        String problem;
+        try {
+            problem = Persistence.problem(config.durability(), store.persistence());
+        } catch (RuntimeException e) {
+            problem = "its persistence settings cannot be read (" + e.getMessage() + "); its ACL user needs"
+                    + " +config|get, or add ?durability=relaxed to " + PluginConfig.URL;
+        }
+        persistenceProblem = problem;
+        long now = System.currentTimeMillis();
+        if (problem != null && (!problem.equals(lastPersistenceLog) || now - lastPersistenceLogMs > 60_000)) {
+            lastPersistenceLog = problem;
+            lastPersistenceLogMs = now;
+            log.warn("pulsar-txn broker plugin: the metastore {}: {}; its governed topics are held",
+                    config.shownUrl(), problem);
+        } else if (problem == null && lastPersistenceLog != null) {
+            lastPersistenceLog = null;
+            log.info("pulsar-txn broker plugin: the metastore {}: persistence matches ?durability={}",
+                    config.shownUrl(), config.durability());
+        }
+    }
+
     private void watch() {
         Namespace watched = null;
         while (!closed) {

@@ -268,8 +268,13 @@ def test_generated_history_under_faults_shows_no_anomaly(broker, tmp_path, topic
     workers: list[Worker] = []
 
     def top_up() -> None:
-        """As many running workers as the subscription type calls for."""
-        while sum(w.proc.poll() is None for w in workers) < (1 if kind == "Failover" else 2):
+        """As many running workers as the subscription type calls for, each started once:
+        one that then finds nothing to consume exits by itself (--idle-s) and is not
+        replaced in a loop. The loop never ended under CI's load: starting a worker took
+        longer than the other's idle exit, so two were never alive at once (136 workers
+        started in 15 minutes, until pytest's timeout)."""
+        need = (1 if kind == "Failover" else 2) - sum(w.proc.poll() is None for w in workers)
+        for _ in range(max(0, need)):
             workers.append(Worker(tmp_path, len(workers), argv))
 
     top_up()

@@ -83,8 +83,13 @@ public record PluginConfig(String metastoreUrl, String metastoreNamespace, List<
         for (String kv : url.substring(q + 1).split("&")) {
             int eq = kv.indexOf('=');
             if (eq > 0) {
-                out.put(URLDecoder.decode(kv.substring(0, eq), StandardCharsets.UTF_8),
-                        URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8));
+                try {
+                    out.put(URLDecoder.decode(kv.substring(0, eq), StandardCharsets.UTF_8),
+                            URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8));
+                } catch (IllegalArgumentException e) { // its text quotes the bad characters
+                    throw new IllegalArgumentException("pulsar-txn broker plugin: " + URL + " " + redact(url)
+                            + ": a query option is not percent-encoded correctly");
+                }
             }
         }
         return out;

@@ -7,6 +7,7 @@ import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -15,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.function.Supplier;
 import org.apache.commons.pool2.impl.GenericObjectPoolConfig;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.ConnectionPool;
@@ -42,8 +44,19 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     /** Connections per node: a blocking read of each slot's streams, and the gates'. */
     private static final int CLUSTER_POOL = 64;
 
-    private final UnifiedJedis redis;
+    /** Connections a caller waits for at most (then the metastore counts as away). */
+    private static final Duration POOL_WAIT = Duration.ofSeconds(2);
+    /** Connections to a single server: the watcher, the tick, the gate thread and the
+     *  dispatcher threads' filter reads. */
+    private static final int SERVER_POOL = 32;
+
+    /** Made on first use: a cluster client connects when made, and a cluster that is
+     *  down when the broker starts must hold governed topics, not fail every load. */
+    private final Supplier<UnifiedJedis> connect;
+    private volatile UnifiedJedis client;
     private final boolean cluster;
+    /** The node that last answered CLUSTER NODES: asked first next time. */
+    private volatile String lastAnswering;
 
     public RedisMetastore(String url) {
         this(url, null);
@@ -53,7 +66,7 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
      *  bookie logs every setting of its configuration file, the URL included). */
     public RedisMetastore(String url, Path passwordFile) {
         if (url.startsWith("redis+cluster://") || url.startsWith("rediss+cluster://")) {
-            this.redis = cluster(url, passwordFile);
+            this.connect = cluster(url, passwordFile);
             this.cluster = true;
             return;
         }
@@ -90,8 +103,30 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
             cfg.ssl(true).sslSocketFactory(MetastoreTls.factory(url, shown))
                     .sslParameters(MetastoreTls.checkingHostName());
         }
-        this.redis = new JedisPooled(new HostAndPort(u.getHost(), u.getPort() < 0 ? 6379 : u.getPort()),
-                cfg.build());
+        HostAndPort at = new HostAndPort(u.getHost(), u.getPort() < 0 ? 6379 : u.getPort());
+        var config = cfg.build();
+        this.connect = () -> new JedisPooled(at, config, pool(SERVER_POOL));
+    }
+
+    private static GenericObjectPoolConfig<Connection> pool(int size) {
+        GenericObjectPoolConfig<Connection> pool = new GenericObjectPoolConfig<>();
+        pool.setMaxTotal(size);
+        pool.setMaxIdle(size);
+        pool.setMaxWait(POOL_WAIT);
+        return pool;
+    }
+
+    private UnifiedJedis redis() {
+        UnifiedJedis r = client;
+        if (r == null) {
+            synchronized (this) {
+                r = client;
+                if (r == null) {
+                    r = client = connect.get();
+                }
+            }
+        }
+        return r;
     }
 
     /** The ACL user and password from the raw userinfo ({@code user:password},
@@ -101,8 +136,8 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
         String password = null;
         if (userInfo != null) {
             int colon = userInfo.indexOf(':');
-            user = decode(colon >= 0 ? userInfo.substring(0, colon) : userInfo);
-            password = colon >= 0 ? decode(userInfo.substring(colon + 1)) : null;
+            user = decode(colon >= 0 ? userInfo.substring(0, colon) : userInfo, shown);
+            password = colon >= 0 ? decode(userInfo.substring(colon + 1), shown) : null;
         }
         if (passwordFile != null) {
             if (password != null) {
@@ -122,7 +157,7 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
 
     /** A cluster client from {@code redis+cluster://[user:password@]h:p[,h:p...][/0][?...]}:
      *  any node is a seed; the client learns the slot owners and follows MOVED replies. */
-    private static JedisCluster cluster(String url, Path passwordFile) {
+    private static Supplier<UnifiedJedis> cluster(String url, Path passwordFile) {
         String shown = PluginConfig.URL + " " + PluginConfig.redact(url);
         int s = url.indexOf("://") + 3;
         int end = PluginConfig.authorityEnd(url, s);
@@ -155,18 +190,20 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
             }
             seeds.add(new HostAndPort(host, Integer.parseInt(port)));
         }
-        GenericObjectPoolConfig<Connection> pool = new GenericObjectPoolConfig<>();
-        pool.setMaxTotal(CLUSTER_POOL);
-        pool.setMaxIdle(CLUSTER_POOL);
         if (url.startsWith("rediss")) {
             cfg.ssl(true).sslSocketFactory(MetastoreTls.factory(url, shown))
                     .sslParameters(MetastoreTls.checkingHostName());
         }
-        return new JedisCluster(seeds, cfg.build(), pool);
+        var config = cfg.build();
+        return () -> new JedisCluster(seeds, config, pool(CLUSTER_POOL));
     }
 
-    private static String decode(String s) {
-        return URLDecoder.decode(s.replace("+", "%2B"), StandardCharsets.UTF_8);
+    private static String decode(String s, String shown) {
+        try {
+            return URLDecoder.decode(s.replace("+", "%2B"), StandardCharsets.UTF_8);
+        } catch (IllegalArgumentException e) { // its text quotes the bad characters
+            throw new IllegalArgumentException(shown + ": the userinfo is not percent-encoded correctly");
+        }
     }
 
     /** The keys in groups a single command may name: all of them on one server, one
@@ -184,28 +221,28 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
 
     @Override
     public Map<String, String> hgetall(String key) {
-        return redis.hgetAll(key);
+        return redis().hgetAll(key);
     }
 
     @Override
     public Double zscore(String key, String member) {
-        return redis.zscore(key, member);
+        return redis().zscore(key, member);
     }
 
     @Override
     public String zlastAtOrBelow(String key, double max) {
-        List<String> got = redis.zrevrangeByScore(key, max, Double.NEGATIVE_INFINITY, 0, 1);
+        List<String> got = redis().zrevrangeByScore(key, max, Double.NEGATIVE_INFINITY, 0, 1);
         return got.isEmpty() ? null : got.get(0);
     }
 
     @Override
     public boolean sismember(String key, String member) {
-        return redis.sismember(key, member);
+        return redis().sismember(key, member);
     }
 
     /** Every member of a lex-ordered sorted set (the open-write index of a segment). */
     public List<String> zrange(String key) {
-        return redis.zrange(key, 0, -1);
+        return redis().zrange(key, 0, -1);
     }
 
     /**
@@ -215,7 +252,7 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
     public Map<String, StreamEntryID> waitForEvents(Map<String, StreamEntryID> after, int blockMs) {
         Map<String, StreamEntryID> out = new HashMap<>(after);
         List<Map.Entry<String, List<StreamEntry>>> got =
-                redis.xread(XReadParams.xReadParams().block(blockMs).count(1000), after);
+                redis().xread(XReadParams.xReadParams().block(blockMs).count(1000), after);
         if (got != null) {
             for (Map.Entry<String, List<StreamEntry>> e : got) {
                 List<StreamEntry> entries = new ArrayList<>(e.getValue());
@@ -229,24 +266,32 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
 
     /** The last id of a stream now ("$" as an explicit id), or 0-0 if it has none. */
     public StreamEntryID lastId(String key) {
-        var info = redis.xrevrange(key, "+", "-", 1);
+        var info = redis().xrevrange(key, "+", "-", 1);
         return info.isEmpty() ? new StreamEntryID(0, 0) : info.get(0).getID();
     }
 
-    /** {@code CONFIG GET append*} of the server, or of every node of a cluster (keyed
-     *  by node; "" for a single server): what {@link Persistence} checks. */
+    /** {@code CONFIG GET append*} of the server, or of every primary of a cluster that
+     *  answers (keyed by node; "" for a single server): what {@link Persistence} checks.
+     *  Replicas are not checked (as by the library); a primary that does not answer
+     *  holds the cluster anyway. */
     public Map<String, Map<String, String>> persistence() {
         Map<String, Map<String, String>> out = new TreeMap<>();
         if (!cluster) {
-            try (Connection c = ((JedisPooled) redis).getPool().getResource()) {
+            try (Connection c = ((JedisPooled) redis()).getPool().getResource()) {
                 out.put("", new Jedis(c).configGet("append*"));
             }
             return out;
         }
-        for (Map.Entry<String, ConnectionPool> node : ((JedisCluster) redis).getClusterNodes().entrySet()) {
+        RuntimeException last = null;
+        for (Map.Entry<String, ConnectionPool> node : primaries().entrySet()) {
             try (Connection c = node.getValue().getResource()) {
                 out.put(node.getKey(), new Jedis(c).configGet("append*"));
+            } catch (RuntimeException e) {
+                last = e;
             }
+        }
+        if (out.isEmpty()) {
+            throw last != null ? last : new IllegalStateException("no primary of the Redis Cluster answers");
         }
         return out;
     }
@@ -255,22 +300,58 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
      *  from an older copy of its data, so nothing cached from before holds. */
     public String runId() {
         if (!cluster) {
-            return runIdOf(redis.info("server"));
+            return runIdOf(redis().info("server"));
         }
-        // every node's: a restart of any of them may have lost what it held ("?": a node
+        // every primary's: a restart of any of them may have lost what it held ("?": one
         // that does not answer now, so its coming back is a change too)
         Map<String, String> ids = new TreeMap<>();
-        for (Map.Entry<String, ConnectionPool> node : ((JedisCluster) redis).getClusterNodes().entrySet()) {
+        for (Map.Entry<String, ConnectionPool> node : primaries().entrySet()) {
             try (Connection c = node.getValue().getResource()) {
                 ids.put(node.getKey(), runIdOf(new Jedis(c).info("server")));
             } catch (RuntimeException e) {
                 ids.put(node.getKey(), "?");
             }
         }
-        if (!ids.isEmpty() && ids.values().stream().allMatch("?"::equals)) {
-            throw new IllegalStateException("no node of the Redis Cluster answers");
+        if (ids.values().stream().allMatch("?"::equals)) {
+            throw new IllegalStateException("no primary of the Redis Cluster answers");
         }
         return ids.toString();
+    }
+
+    /** The cluster's primaries not marked failed, as one answering node's CLUSTER NODES
+     *  says, among the nodes the client knows (it also lists replicas, and nodes gone
+     *  since its last refresh: asking those would cost a timeout each, every tick). */
+    private Map<String, ConnectionPool> primaries() {
+        Map<String, ConnectionPool> known = new TreeMap<>(((JedisCluster) redis()).getClusterNodes());
+        List<String> order = new ArrayList<>(known.keySet());
+        String first = lastAnswering;
+        if (first != null && order.remove(first)) {
+            order.add(0, first);
+        }
+        RuntimeException failed = null;
+        for (String name : order) {
+            String nodes;
+            try (Connection c = known.get(name).getResource()) {
+                nodes = new Jedis(c).clusterNodes();
+            } catch (RuntimeException e) {
+                failed = e;
+                continue;
+            }
+            lastAnswering = name;
+            Map<String, ConnectionPool> out = new TreeMap<>();
+            for (String line : nodes.split("\n")) {
+                String[] f = line.strip().split(" ");
+                if (f.length < 3 || !f[2].contains("master") || f[2].contains("fail")) {
+                    continue;
+                }
+                String addr = f[1].split("[@,]")[0];
+                if (known.containsKey(addr)) {
+                    out.put(addr, known.get(addr));
+                }
+            }
+            return out;
+        }
+        throw failed != null ? failed : new IllegalStateException("the Redis Cluster client knows no node");
     }
 
     private static String runIdOf(String info) {
@@ -284,6 +365,9 @@ public final class RedisMetastore implements MetastoreView, AutoCloseable {
 
     @Override
     public void close() {
-        redis.close();
+        UnifiedJedis r = client;
+        if (r != null) {
+            r.close();
+        }
     }
 }

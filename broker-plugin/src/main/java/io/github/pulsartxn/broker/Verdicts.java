@@ -14,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import redis.clients.jedis.StreamEntryID;
+import redis.clients.jedis.exceptions.JedisConnectionException;
 
 /**
  * The broker-wide state both plugin points share (the transaction-buffer provider and
@@ -256,12 +257,18 @@ public final class Verdicts implements AutoCloseable {
     /** The library's persistence check, every tick; a problem is logged when it changes
      *  and every minute while it lasts (not behind the other warnings' rate limit). */
     private void checkPersistence() {
+        if (config.durability().equals("relaxed")) { // nothing to check, nothing asked
+            persistenceProblem = null;
+            return;
+        }
         String problem;
         try {
             problem = Persistence.problem(config.durability(), store.persistence());
+        } catch (JedisConnectionException e) { // away: it holds anyway, and says so elsewhere
+            problem = "it cannot be reached";
         } catch (RuntimeException e) {
-            problem = "its persistence settings cannot be read (" + e.getMessage() + "); its ACL user needs"
-                    + " +config|get, or add ?durability=relaxed to " + PluginConfig.URL;
+            problem = "its persistence settings cannot be read (" + e.getClass().getSimpleName() + "); its ACL"
+                    + " user needs +config|get (and +cluster|nodes on a cluster)";
         }
         persistenceProblem = problem;
         long now = System.currentTimeMillis();

@@ -109,6 +109,26 @@ class PluginConfigTest {
     }
 
     @Test
+    void aBadlyEncodedPasswordIsRefusedWithoutAnyOfIt() {
+        // URLDecoder's message quotes the characters it cannot read
+        for (String url : new String[] {"redis+cluster://u:p%zzS3@h1:7000", "redis://u:p%zzS3@h:6379/0",
+                "redis://h:6379/0?namespace=%zzS3"}) {
+            var e = assertThrows(IllegalArgumentException.class,
+                    () -> new RedisMetastore(url, null).close());
+            assertFalse(e.getMessage().contains("zz") || e.getMessage().contains("S3"), e.getMessage());
+        }
+        var e = assertThrows(IllegalArgumentException.class,
+                () -> PluginConfig.from(props("redis://h:6379/0?namespace=%zzS3")));
+        assertFalse(e.getMessage().contains("zz"), e.getMessage());
+    }
+
+    @Test
+    void noClusterNodeIsContactedBeforeFirstUse() {
+        // a cluster down when the broker starts must not fail the plugin (every topic's load)
+        new RedisMetastore("redis+cluster://127.0.0.1:1,127.0.0.1:2/0", null).close();
+    }
+
+    @Test
     void theLibrarysUrlOptionsAreHonoured() {
         PluginConfig c = PluginConfig.from(props("redis://h:6379?namespace=orders&durability=waitaof"));
         assertEquals("orders", c.metastoreNamespace());
